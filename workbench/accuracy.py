@@ -1,0 +1,40 @@
+"""Compare a runner's outputs with the reference's: errors, cosine similarity, top-1 agreement."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def compare(outputs: list[np.ndarray], reference: list[np.ndarray], rtol: float, atol: float) -> dict:
+    """Error figures over all outputs; `ok` is numpy's allclose rule (|a-b| <= atol + rtol*|ref|) everywhere.
+
+    `max_rel_err` is taken where |ref| > atol, so near-zero reference values do not blow it up.
+    """
+    if len(outputs) != len(reference):
+        return {"ok": False, "max_abs_err": None, "max_rel_err": None, "cosine": None,
+                "top1_agreement": None, "note": f"{len(outputs)} outputs vs {len(reference)} in the reference"}
+    max_abs = max_rel = 0.0
+    ok = True
+    cosines = []
+    for out, ref in zip(outputs, reference):
+        if out.shape != ref.shape:
+            return {"ok": False, "max_abs_err": None, "max_rel_err": None, "cosine": None,
+                    "top1_agreement": None, "note": f"output shape {list(out.shape)} vs reference {list(ref.shape)}"}
+        a, b = out.astype(np.float64).ravel(), ref.astype(np.float64).ravel()
+        diff = np.abs(a - b)
+        max_abs = max(max_abs, float(diff.max(initial=0.0)))
+        significant = np.abs(b) > atol
+        if significant.any():
+            max_rel = max(max_rel, float((diff[significant] / np.abs(b[significant])).max()))
+        ok = ok and bool(np.all(diff <= atol + rtol * np.abs(b)))
+        norms = np.linalg.norm(a) * np.linalg.norm(b)
+        cosines.append(float(a @ b / norms) if norms > 0 else float(np.array_equal(a, b)))
+    first, first_ref = outputs[0], reference[0]
+    top1 = top1_agreement(first, first_ref) if first_ref.ndim == 2 and first_ref.shape[1] > 1 else None
+    return {"ok": ok, "max_abs_err": max_abs, "max_rel_err": max_rel, "cosine": min(cosines, default=1.0),
+            "top1_agreement": top1, "note": None}
+
+
+def top1_agreement(logits: np.ndarray, reference: np.ndarray) -> float:
+    """Share of rows whose arg-max class matches the reference's (for classifier outputs [N, classes])."""
+    return float(np.mean(logits.reshape(len(logits), -1).argmax(1) == reference.reshape(len(reference), -1).argmax(1)))

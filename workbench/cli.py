@@ -1,0 +1,137 @@
+"""The `workbench` command: verbs run, passes, report.
+
+Exit codes: 0 success, 2 a user mistake (one readable message; traceback only with --debug),
+1 an internal error (short message; the traceback goes to a log file), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from workbench.errors import UserError
+
+stdout = Console()
+stderr = Console(stderr=True)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from workbench.config import load_experiment
+    from workbench.experiment import run_experiment
+    from workbench.report import console_table
+
+    overrides = list(args.set or [])
+    if args.pipeline is not None:
+        overrides.append(f"pipeline={json.dumps(args.pipeline)}")
+    experiment = load_experiment(Path(args.config), overrides)
+    args.log_dir = experiment.output_dir(Path.cwd())
+    result = run_experiment(experiment, Path.cwd(), stderr, Path(args.dump_ir) if args.dump_ir else None)
+    stdout.print(console_table(result))
+    out_dir = experiment.output_dir(Path.cwd())
+    stdout.print(f"Wrote {out_dir / 'result.json'}, {out_dir / 'report.md'}; "
+                 f"store {experiment.results_path(Path.cwd())} (run {result['run_id']})")
+    return 0
+
+
+def cmd_passes(_args: argparse.Namespace) -> int:
+    from workbench.passes.registry import all_passes
+
+    table = Table(title="Registered passes (use in `pipeline:` or --pipeline 'a,b(k=v)')")
+    for column in ("name", "family", "parameters (default)", "what it does"):
+        table.add_column(column)
+    for entry in all_passes():
+        params = ", ".join(f"{name}={field.default!r}" for name, field in entry.params.model_fields.items()) or "—"
+        table.add_row(entry.name, entry.family, params, entry.doc)
+    stdout.print(table)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from workbench.report import console_table, write_report
+
+    folder = Path(args.run_dir)
+    path = folder / "result.json" if folder.is_dir() else folder
+    if not path.is_file():
+        raise UserError(f"{path}: no result.json here; give a run folder written by `workbench run`")
+    try:
+        result = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not a valid result.json ({exc})") from exc
+    report = write_report(result, path.parent)
+    stdout.print(console_table(result))
+    stdout.print(f"Wrote {report}")
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for every error")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    run = verbs.add_parser("run", help="run one experiment: import, pipeline, build, measure vs baselines")
+    run.add_argument("config", help="experiment YAML file")
+    run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
+    run.add_argument("--pipeline", metavar="TEXT", help="pipeline as one line, e.g. 'fold_constant,fuse,dce'")
+    run.add_argument("--dump-ir", metavar="DIR", help="write the Relax IR after each pass into DIR")
+    run.set_defaults(handler=cmd_run)
+
+    passes = verbs.add_parser("passes", help="list the registered passes with their parameters")
+    passes.set_defaults(handler=cmd_passes)
+
+    report = verbs.add_parser("report", help="rebuild report.md and the table from a run folder")
+    report.add_argument("run_dir", help="a run folder (or its result.json)")
+    report.set_defaults(handler=cmd_report)
+    for sub in (run, passes, report):
+        sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    return parser
+
+
+def _log_internal_error(log_dir: Path | None) -> Path:
+    """Write the traceback of the current exception to a log file; return its path."""
+    folder = log_dir if log_dir is not None else Path(tempfile.gettempdir())
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"workbench-error-{datetime.now():%Y%m%d-%H%M%S}.log"
+        path.write_text(traceback.format_exc())
+    except OSError:
+        path = Path(tempfile.mkstemp(prefix="workbench-error-", suffix=".log")[1])
+        path.write_text(traceback.format_exc())
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    args.log_dir = None
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except UserError as exc:
+        if args.debug:
+            traceback.print_exc()
+        stderr.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        stderr.print("interrupted: results already written are kept")
+        return 130
+    except Exception as exc:  # an internal bug: short message here, the traceback in a log file
+        if args.debug:
+            traceback.print_exc()
+        log = _log_internal_error(args.log_dir)
+        stderr.print(f"[bold red]internal error:[/] {escape(f'{exc.__class__.__name__}: {exc}')}\n"
+                     f"  traceback written to {escape(str(log))}",
+                     highlight=False)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

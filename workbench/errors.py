@@ -1,0 +1,13 @@
+"""The one exception type for user mistakes.
+
+Anything raised as `UserError` is the user's to fix (bad config, missing file, unknown pass):
+the CLI prints its message and exits with code 2. Every other exception is an internal bug.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A mistake in the user's input; the message says where and how to fix it."""
+
+    exit_code = 2

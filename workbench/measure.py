@@ -1,0 +1,63 @@
+"""Latency measurement with one protocol for every runner: warm-up, repeats, robust statistics.
+
+Every label (the workbench build and each baseline) is timed by the same loop around a Python
+call that runs one inference on inputs already placed on the device, so the per-call overhead
+is the same for all and ratios are fair.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass
+class Timing:
+    """Summary of one label's latency samples, in milliseconds."""
+
+    median_ms: float
+    p90_ms: float
+    mean_ms: float
+    min_ms: float
+    ci95_ms: tuple[float, float]
+    repeats: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def median_ci95(samples_ms: np.ndarray, seed: int = 0, resamples: int = 1000) -> tuple[float, float]:
+    """95% bootstrap confidence interval of the median (no normality assumption about latency)."""
+    rng = np.random.default_rng(seed)
+    picks = rng.choice(samples_ms, size=(resamples, samples_ms.size), replace=True)
+    low, high = np.percentile(np.median(picks, axis=1), [2.5, 97.5])
+    return float(low), float(high)
+
+
+def summarize(samples_ms: np.ndarray) -> Timing:
+    return Timing(
+        median_ms=float(np.median(samples_ms)),
+        p90_ms=float(np.percentile(samples_ms, 90)),
+        mean_ms=float(samples_ms.mean()),
+        min_ms=float(samples_ms.min()),
+        ci95_ms=median_ci95(samples_ms),
+        repeats=int(samples_ms.size),
+    )
+
+
+def time_call(run_once: Callable[[], object], warmup: int, repeat: int,
+              sync: Callable[[], None] = lambda: None) -> Timing:
+    """Time `run_once` `repeat` times after `warmup` untimed calls; `sync` waits for async devices."""
+    for _ in range(warmup):
+        run_once()
+    sync()
+    samples = np.empty(repeat)
+    for i in range(repeat):
+        start = time.perf_counter()
+        run_once()
+        sync()
+        samples[i] = (time.perf_counter() - start) * 1e3
+    return summarize(samples)

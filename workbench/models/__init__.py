@@ -1,0 +1,1 @@
+"""Model sources, ONNX canonicalization, import to Relax and the synthetic zoo."""

@@ -1,0 +1,1 @@
+"""Graph passes by family, registered by name (see registry.py); `workbench passes` lists them."""

@@ -1,0 +1,108 @@
+"""Run a pipeline spec on a Relax module, recording per pass its wall time and op counts.
+
+Each configured pass is wrapped in a module pass named `workbench.<name>`; a PassInstrument
+times exactly those wrappers (TVM also reports every nested pass, which we ignore) and counts
+Relax operator calls before and after, so a user sees what each pass changed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tvm
+from tvm import relax
+
+from workbench.atomic import atomic_write_text
+from workbench.passes.registry import lookup
+from workbench.pipeline_spec import PassSpec
+
+WRAPPER_PREFIX = "workbench."
+
+
+def count_ops(mod: tvm.IRModule) -> dict[str, int]:
+    """Count Relax operator calls by op name over every Relax function (call_tir counts as one op)."""
+    counts: Counter[str] = Counter()
+
+    def visit(expr: relax.Expr) -> None:
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            counts[expr.op.name] += 1
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return dict(sorted(counts.items()))
+
+
+def count_kernels(mod: tvm.IRModule) -> int:
+    """Number of TIR functions in a module: after lowering, the kernels one inference launches at most."""
+    return sum(isinstance(func, tvm.tirx.PrimFunc) for func in mod.functions.values())
+
+
+@dataclass
+class PassRecord:
+    name: str
+    params: dict
+    seconds: float = 0.0
+    ops_before: dict[str, int] = field(default_factory=dict)
+    ops_after: dict[str, int] = field(default_factory=dict)
+
+
+@tvm.instrument.pass_instrument
+class PipelineRecorder:
+    """Times the `workbench.*` wrapper passes and counts ops around each; optionally dumps IR after each."""
+
+    def __init__(self, records: list[PassRecord], dump_dir: Path | None):
+        self.records = records
+        self.dump_dir = dump_dir
+        self._index = 0
+        self._started = 0.0
+
+    def run_before_pass(self, mod: tvm.IRModule, info: tvm.transform.PassInfo) -> None:
+        if info.name.startswith(WRAPPER_PREFIX):
+            self.records[self._index].ops_before = count_ops(mod)
+            self._started = time.perf_counter()
+
+    def run_after_pass(self, mod: tvm.IRModule, info: tvm.transform.PassInfo) -> None:
+        if not info.name.startswith(WRAPPER_PREFIX):
+            return
+        record = self.records[self._index]
+        record.seconds = time.perf_counter() - self._started
+        record.ops_after = count_ops(mod)
+        if self.dump_dir is not None:
+            atomic_write_text(self.dump_dir / f"{self._index + 1:02d}_{record.name}.py", mod.script())
+        self._index += 1
+
+
+def _wrap(name: str, inner: tvm.transform.Pass) -> tvm.transform.Pass:
+    """A module pass named `workbench.<name>` that runs `inner` (so nested passes stay distinguishable)."""
+
+    def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        return inner(mod)
+
+    return tvm.transform.module_pass(run, opt_level=0, name=WRAPPER_PREFIX + name)
+
+
+def build_passes(specs: list[PassSpec]) -> list[tuple[PassRecord, tvm.transform.Pass]]:
+    """Validate every step against the registry before anything runs (errors name `pipeline[i]`)."""
+    steps = []
+    for i, spec in enumerate(specs):
+        entry = lookup(spec, f"pipeline[{i}]")
+        params, tvm_pass = entry.create(spec.params, f"pipeline[{i}] ({spec.name})")
+        steps.append((PassRecord(spec.name, params.model_dump(mode="json")), _wrap(spec.name, tvm_pass)))
+    return steps
+
+
+def run_pipeline(mod: tvm.IRModule, specs: list[PassSpec], target: tvm.target.Target,
+                 dump_dir: Path | None = None) -> tuple[tvm.IRModule, list[PassRecord]]:
+    """Apply the pipeline under `target`; return the new module and one record per pass."""
+    steps = build_passes(specs)
+    records = [record for record, _ in steps]
+    if dump_dir is not None:
+        atomic_write_text(dump_dir / "00_imported.py", mod.script())
+    recorder = PipelineRecorder(records, dump_dir)
+    with target, tvm.transform.PassContext(opt_level=3, instruments=[recorder]):
+        mod = tvm.transform.Sequential([p for _, p in steps], name="pipeline")(mod)
+    return mod, records
