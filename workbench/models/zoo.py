@@ -1,0 +1,161 @@
+"""Synthetic ONNX models (opset 17) with deterministic weights, for tests and examples.
+
+Inputs carry symbolic dims ("N", "H", "W", "S") that the canonicalizer has to freeze;
+`default_inputs` gives the concrete shapes configs use.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from workbench.errors import UserError
+
+OPSET = 17
+IR_VERSION = 9  # loads in every onnxruntime the project supports (>= 1.18) and in TVM's importer
+
+
+class _Graph:
+    """Accumulates nodes and initializers; weights come from one seeded generator."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+
+    def const(self, value: np.ndarray | float) -> str:
+        """Add a float32 initializer and return its name."""
+        name = f"w{len(self.inits)}"
+        self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), name))
+        return name
+
+    def weight(self, shape: tuple[int, ...], fan_in: int) -> str:
+        """He-initialized weight, so activations stay O(1)."""
+        return self.const(self.rng.normal(0.0, np.sqrt(2.0 / fan_in), shape))
+
+    def op(self, op_type: str, *inputs: str, out: str | None = None, **attrs) -> str:
+        """Add a node with one output (named `out`, or after the node) and return that name."""
+        name = f"{op_type.lower()}{len(self.nodes)}"
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out or name], name=name, **attrs))
+        return out or name
+
+    def conv_bn(self, x: str, cin: int, cout: int, k: int, stride: int = 1, group: int = 1) -> str:
+        """Conv (no bias) followed by BatchNormalization with non-trivial statistics."""
+        w = self.weight((cout, cin // group, k, k), fan_in=cin // group * k * k)
+        y = self.op("Conv", x, w, kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride, stride], group=group)
+        gamma = self.const(self.rng.uniform(0.5, 1.5, cout))
+        beta = self.const(self.rng.normal(0.0, 0.1, cout))
+        mean = self.const(self.rng.normal(0.0, 0.1, cout))
+        var = self.const(self.rng.uniform(0.5, 1.5, cout))
+        return self.op("BatchNormalization", y, gamma, beta, mean, var, epsilon=1e-5)
+
+    def head(self, x: str, cin: int, classes: int = 10) -> str:
+        """GlobalAveragePool, Flatten and a Gemm classifier writing graph output `logits`."""
+        flat = self.op("Flatten", self.op("GlobalAveragePool", x), axis=1)
+        w, b = self.weight((classes, cin), fan_in=cin), self.const(self.rng.normal(0.0, 0.1, classes))
+        return self.op("Gemm", flat, w, b, transB=1, out="logits")
+
+    def model(self, name: str, x_dims: list[int | str], out: str, out_dims: list[int | str]) -> onnx.ModelProto:
+        """Wrap the nodes into an opset-17 model with input `x`."""
+        graph = helper.make_graph(
+            self.nodes, name,
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims)],
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, out_dims)],
+            self.inits,
+        )
+        model = helper.make_model(graph, producer_name="workbench.zoo",
+                                  opset_imports=[helper.make_opsetid("", OPSET)])
+        model.ir_version = IR_VERSION
+        return model
+
+
+def _residual(g: _Graph, x: str, c: int) -> str:
+    """Two Conv+BN (Relu between) plus the skip connection, then Relu."""
+    y = g.conv_bn(g.op("Relu", g.conv_bn(x, c, c, 3)), c, c, 3)
+    return g.op("Relu", g.op("Add", y, x))
+
+
+def convnet_small() -> onnx.ModelProto:
+    """ResNet-like classifier: Conv+BN+Relu, residual blocks, strided conv, MaxPool, Gemm head."""
+    g = _Graph(seed=1)
+    y = g.op("Relu", g.conv_bn("x", 3, 16, 3))
+    y = _residual(g, y, 16)
+    y = g.op("Relu", g.conv_bn(y, 16, 32, 3, stride=2))
+    y = g.op("MaxPool", y, kernel_shape=[2, 2], strides=[2, 2])
+    y = _residual(g, y, 32)
+    return g.model("convnet_small", ["N", 3, "H", "W"], g.head(y, 32), ["N", 10])
+
+
+def _inverted_residual(g: _Graph, x: str, c: int, expand: int, stride: int) -> str:
+    """MobileNetV2/V3 block: 1x1 expand+HardSwish, depthwise 3x3+Clip(0,6), 1x1 project."""
+    hidden = c * expand
+    y = g.op("HardSwish", g.conv_bn(x, c, hidden, 1))
+    y = g.op("Clip", g.conv_bn(y, hidden, hidden, 3, stride=stride, group=hidden), g.const(0.0), g.const(6.0))
+    y = g.conv_bn(y, hidden, c, 1)
+    return g.op("Add", y, x) if stride == 1 else y
+
+
+def mobilenet_block() -> onnx.ModelProto:
+    """Depthwise (group>1) convs, HardSwish, Clip with min/max inputs, residual Add, Gemm head."""
+    g = _Graph(seed=2)
+    y = _inverted_residual(g, "x", 16, expand=4, stride=1)
+    y = _inverted_residual(g, y, 16, expand=4, stride=2)
+    return g.model("mobilenet_block", ["N", 16, "H", "W"], g.head(y, 16), ["N", 10])
+
+
+def _linear(g: _Graph, x: str, cin: int, cout: int) -> str:
+    """MatMul with a [cin, cout] weight plus a bias Add."""
+    return g.op("Add", g.op("MatMul", x, g.weight((cin, cout), fan_in=cin)), g.const(g.rng.normal(0.0, 0.1, cout)))
+
+
+def _layer_norm(g: _Graph, x: str, d: int) -> str:
+    """LayerNormalization over the last axis with random scale and bias."""
+    scale, bias = g.const(g.rng.uniform(0.5, 1.5, d)), g.const(g.rng.normal(0.0, 0.1, d))
+    return g.op("LayerNormalization", x, scale, bias, axis=-1, epsilon=1e-5)
+
+
+def transformer_block() -> onnx.ModelProto:
+    """Pre-LN encoder block: LayerNorm, single-head attention, Softmax, erf-GELU MLP, residuals."""
+    g, d = _Graph(seed=3), 64
+    h = _layer_norm(g, "x", d)
+    q, k, v = (_linear(g, h, d, d) for _ in range(3))
+    scores = g.op("Mul", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 2, 1])), g.const(1.0 / np.sqrt(d)))
+    attn = g.op("MatMul", g.op("Softmax", scores, axis=-1), v)
+    x1 = g.op("Add", "x", _linear(g, attn, d, d))
+    m = _linear(g, _layer_norm(g, x1, d), d, 4 * d)
+    erf = g.op("Erf", g.op("Div", m, g.const(np.sqrt(2.0))))
+    gelu = g.op("Mul", g.op("Mul", m, g.op("Add", erf, g.const(1.0))), g.const(0.5))
+    y = g.op("Add", x1, _linear(g, gelu, 4 * d, d), out="y")
+    return g.model("transformer_block", ["N", "S", d], y, ["N", "S", d])
+
+
+# name -> (builder, graph input name -> default concrete shape)
+_MODELS: dict[str, tuple[Callable[[], onnx.ModelProto], dict[str, list[int]]]] = {
+    "convnet_small": (convnet_small, {"x": [1, 3, 64, 64]}),
+    "mobilenet_block": (mobilenet_block, {"x": [1, 16, 56, 56]}),
+    "transformer_block": (transformer_block, {"x": [1, 32, 64]}),
+}
+NAMES: tuple[str, ...] = tuple(_MODELS)
+
+
+def _entry(name: str) -> tuple[Callable[[], onnx.ModelProto], dict[str, list[int]]]:
+    """Look up `name`; unknown names are a UserError with a suggestion and the list of names."""
+    if name not in _MODELS:
+        close = difflib.get_close_matches(name, NAMES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UserError(f"unknown zoo model {name!r}{hint}; available: {', '.join(NAMES)}")
+    return _MODELS[name]
+
+
+def build(name: str) -> onnx.ModelProto:
+    """Build the zoo model `name` (deterministic: same bytes every call)."""
+    return _entry(name)[0]()
+
+
+def default_inputs(name: str) -> dict[str, list[int]]:
+    """Graph input name -> the concrete shape configs use for zoo model `name`."""
+    return {k: list(v) for k, v in _entry(name)[1].items()}
