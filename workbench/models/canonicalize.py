@@ -1,0 +1,286 @@
+"""Turn an exported ONNX model into one the Relax frontend can import: static, checked, shape-folded.
+
+Exporters (paddle2onnx, older torch.onnx) leave batch and spatial dims symbolic and compute
+`Reshape` targets at run time (`Shape -> Slice -> Cast -> Concat -> Reshape`). The Relax frontend
+wants those targets as constants. Once the input shapes are frozen every such subgraph depends
+on static shapes only, so it can be evaluated here, on the ONNX side, with ONNX's own reference
+evaluator. Only small tensors (shape arithmetic) are folded; weights and the operators that use
+them are left exactly as exported, so the workbench's passes still see the real graph.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from workbench.errors import UserError
+
+# Larger constant results are weights or activations, not shape arithmetic: never fold them.
+MAX_FOLDED_ELEMENTS = 1024
+# Ops whose first input only matters through its (static) shape.
+SHAPE_OPS = frozenset({"Shape", "Size"})
+# Same inputs, different outputs on every run: folding would freeze one random draw.
+NONDETERMINISTIC_OPS = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
+DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
+
+Dims = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One graph input as the experiment config describes it."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"  # numpy dtype name
+
+
+def canonicalize(model: onnx.ModelProto, inputs: dict[str, InputSpec]) -> onnx.ModelProto:
+    """Freeze input shapes, run the ONNX checker, fold shape-computing subgraphs.
+
+    Returns a new model; `model` is not modified. Raises UserError for specs that do not fit the
+    model and for models the ONNX checker rejects.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    _drop_initializer_inputs(out)
+    _freeze_inputs(out.graph, inputs)
+    try:
+        onnx.checker.check_model(out)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise UserError(f"the model fails the ONNX checker: {first}") from exc
+    _fold_shape_computations(out)
+    return out
+
+
+# --- freezing inputs -------------------------------------------------------------------------
+
+
+def _drop_initializer_inputs(model: onnx.ModelProto) -> None:
+    """Remove graph inputs that are initializers (IR < 4 exporters list every weight as an input).
+
+    They are weights, not inputs: leaving them would make ONNX Runtime treat them as overridable
+    and shape inference treat their values as unknown. IR 4 is the first version that allows
+    initializers outside `graph.input`, so the model is raised to it if needed.
+    """
+    weights = {init.name for init in model.graph.initializer}
+    if not any(value.name in weights for value in model.graph.input):
+        return
+    real = [value for value in model.graph.input if value.name not in weights]
+    del model.graph.input[:]
+    model.graph.input.extend(real)
+    model.ir_version = max(model.ir_version, 4)
+
+
+def _is_static(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    """A fixed dim; paddle2onnx also writes dim_value -1 to mean 'dynamic'."""
+    return dim.HasField("dim_value") and dim.dim_value >= 0
+
+
+def _format_shape(value: onnx.ValueInfoProto) -> str:
+    """The declared shape with symbolic dims by name, e.g. [batch, 3, ?, ?]."""
+    tensor_type = value.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return "unknown rank"
+    dims = [str(d.dim_value) if _is_static(d) else (d.dim_param or "?") for d in tensor_type.shape.dim]
+    return f"[{', '.join(dims)}]"
+
+
+def _freeze_inputs(graph: onnx.GraphProto, specs: dict[str, InputSpec]) -> None:
+    """Give every input named in `specs` its static shape; every other input must already be static."""
+    by_name = {value.name: value for value in graph.input}
+    for name, spec in specs.items():
+        if name not in by_name:
+            raise UserError(_unknown_input_message(name, graph))
+        _freeze_input(by_name[name], spec)
+    for value in graph.input:
+        tensor_type = value.type.tensor_type
+        if value.name in specs:
+            continue
+        if not tensor_type.HasField("shape") or not all(_is_static(d) for d in tensor_type.shape.dim):
+            raise UserError(
+                f"model input {value.name!r} has shape {_format_shape(value)}, which is not static, and no "
+                f"shape is given for it: add model.inputs.{value.name} with a shape"
+            )
+
+
+def _unknown_input_message(name: str, graph: onnx.GraphProto) -> str:
+    real = [value.name for value in graph.input]
+    message = f"model.inputs.{name}: the model has no input {name!r}; its inputs are {real}"
+    if any(init.name == name for init in graph.initializer):
+        return message + f" ({name!r} is a weight, not an input)"
+    close = difflib.get_close_matches(name, real, n=1)
+    return message + (f"; did you mean {close[0]!r}?" if close else "")
+
+
+def _freeze_input(value: onnx.ValueInfoProto, spec: InputSpec) -> None:
+    """Check `spec` against the declared type of `value`, then write the static shape into it."""
+    where = f"model.inputs.{value.name}"
+    tensor_type = value.type.tensor_type
+    declared = _format_shape(value)
+    try:
+        wanted = np.dtype(spec.dtype)
+    except TypeError as exc:
+        raise UserError(f"{where}.dtype: {spec.dtype!r} is not a numpy dtype name") from exc
+    model_dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
+    if wanted != model_dtype:
+        raise UserError(f"{where}.dtype: the model declares {model_dtype.name}, the config says {wanted.name}")
+    bad = [d for d in spec.shape if d <= 0]
+    if bad:
+        raise UserError(f"{where}.shape {list(spec.shape)}: every dim must be positive, got {bad[0]}")
+    if tensor_type.HasField("shape"):
+        dims = tensor_type.shape.dim
+        if len(dims) != len(spec.shape):
+            raise UserError(
+                f"{where}.shape {list(spec.shape)} has rank {len(spec.shape)}, "
+                f"but the model declares {declared} (rank {len(dims)})"
+            )
+        for axis, (dim, size) in enumerate(zip(dims, spec.shape)):
+            if _is_static(dim) and dim.dim_value != size:
+                raise UserError(
+                    f"{where}.shape {list(spec.shape)}: dim {axis} is {size}, but the model fixes it "
+                    f"to {dim.dim_value} (declared shape {declared})"
+                )
+    tensor_type.ClearField("shape")
+    tensor_type.shape.dim.extend(onnx.TensorShapeProto.Dimension(dim_value=d) for d in spec.shape)
+
+
+# --- folding shape computations --------------------------------------------------------------
+
+
+def _fold_shape_computations(model: onnx.ModelProto) -> None:
+    """Fold until nothing changes, drop what became dead, and re-infer all shapes.
+
+    Shape inference is re-run between passes: a value folded in one pass can make the output
+    shape of a later node (say a ConstantOfShape) known, and that size decides the next fold.
+    """
+    opsets = {opset.domain or "": opset.version for opset in model.opset_import}
+    while _fold_pass(model.graph, _static_shapes(_inferred(model).graph), opsets):
+        pass
+    _remove_dead(model.graph)
+    # Inference replaces symbolic output dims but keeps paddle2onnx's -1 (e.g. [-1, 2]): unset those.
+    for value in model.graph.output:
+        for dim in value.type.tensor_type.shape.dim:
+            if not _is_static(dim):
+                dim.Clear()
+    model.CopyFrom(_inferred(model))
+
+
+def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with fresh value_info; data propagation makes Shape -> ... -> Reshape chains typed."""
+    del model.graph.value_info[:]
+    return onnx.shape_inference.infer_shapes(model, data_prop=True)
+
+
+def _static_shapes(graph: onnx.GraphProto) -> dict[str, tuple[int, Dims]]:
+    """name -> (elem_type, dims) for every value whose shape is fully known."""
+    shapes = {init.name: (init.data_type, tuple(init.dims)) for init in graph.initializer}
+    for value in [*graph.input, *graph.value_info, *graph.output]:
+        tensor_type = value.type.tensor_type
+        if tensor_type.HasField("shape") and all(_is_static(d) for d in tensor_type.shape.dim):
+            shapes[value.name] = (tensor_type.elem_type, tuple(d.dim_value for d in tensor_type.shape.dim))
+    return shapes
+
+
+def _fold_pass(graph: onnx.GraphProto, shapes: dict[str, tuple[int, Dims]], opsets: dict[str, int]) -> bool:
+    """One walk in graph order; nodes folded early feed the nodes after them. True if anything folded."""
+    known = {
+        init.name: numpy_helper.to_array(init)
+        for init in graph.initializer
+        if int(np.prod(init.dims)) <= MAX_FOLDED_ELEMENTS
+    }
+    graph_outputs = {value.name for value in graph.output}
+    kept, folded = [], []
+    for node in graph.node:
+        results = _evaluate(node, known, shapes, opsets) if _foldable(node, shapes, graph_outputs) else None
+        if results is None:
+            kept.append(node)
+            continue
+        known.update(results)
+        if node.op_type == "Constant":
+            kept.append(node)  # already a constant: its value is now known, the node stays until dead
+        else:
+            folded.extend(numpy_helper.from_array(array, name) for name, array in results.items())
+    if not folded:
+        return False
+    del graph.node[:]
+    graph.node.extend(kept)
+    graph.initializer.extend(folded)
+    return True
+
+
+def _foldable(node: onnx.NodeProto, shapes: dict[str, tuple[int, Dims]], graph_outputs: set[str]) -> bool:
+    """A deterministic standard op, no subgraphs, every output small and of known shape.
+
+    Graph outputs stay computed: folding one would leave a graph that returns a constant.
+    """
+    return (
+        node.domain in DEFAULT_DOMAINS
+        and node.op_type not in NONDETERMINISTIC_OPS
+        and not any(attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for attr in node.attribute)
+        and not any(name in graph_outputs for name in node.output)
+        and all(name in shapes and int(np.prod(shapes[name][1])) <= MAX_FOLDED_ELEMENTS for name in node.output)
+    )
+
+
+def _evaluate(
+    node: onnx.NodeProto,
+    known: dict[str, np.ndarray],
+    shapes: dict[str, tuple[int, Dims]],
+    opsets: dict[str, int],
+) -> dict[str, np.ndarray] | None:
+    """Run `node` with ONNX's reference evaluator if all its inputs are known; output name -> value.
+
+    The data input of Shape/Size is a zero-copy stand-in of the right shape (np.broadcast_to),
+    so big activations are never materialized.
+    """
+    feeds = {}
+    for position, name in enumerate(node.input):
+        if not name:
+            continue  # an omitted optional input
+        if name in known:
+            feeds[name] = known[name]
+        elif position == 0 and node.op_type in SHAPE_OPS and name in shapes:
+            feeds[name] = np.broadcast_to(np.float32(0), shapes[name][1])
+        else:
+            return None
+    try:
+        values = ReferenceEvaluator(node, opsets=opsets).run(None, feeds)
+    except Exception:  # noqa: BLE001 - the reference evaluator lacks some ops; such nodes just stay
+        return None
+    return {
+        name: np.asarray(value, dtype=helper.tensor_dtype_to_np_dtype(shapes[name][0]))
+        for name, value in zip(node.output, values)
+    }
+
+
+def _remove_dead(graph: onnx.GraphProto) -> None:
+    """Drop nodes and initializers nothing reaches from the graph outputs (folded-away chains)."""
+    needed = {value.name for value in graph.output}
+    live = []
+    for node in reversed(graph.node):
+        if any(name in needed for name in node.output):
+            live.append(node)
+            needed.update(_inputs_of(node))
+    del graph.node[:]
+    graph.node.extend(reversed(live))
+    initializers = [init for init in graph.initializer if init.name in needed]
+    del graph.initializer[:]
+    graph.initializer.extend(initializers)
+
+
+def _inputs_of(node: onnx.NodeProto) -> Iterable[str]:
+    """Names a node reads, including outer-scope names read inside its subgraphs (If, Loop, Scan)."""
+    yield from (name for name in node.input if name)
+    for attr in node.attribute:
+        for subgraph in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+            for inner in subgraph.node:
+                yield from _inputs_of(inner)
