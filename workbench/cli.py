@@ -21,8 +21,9 @@ from rich.table import Table
 
 from workbench.errors import UserError
 
-stdout = Console()
-stderr = Console(stderr=True)
+# Tables are wide: when output is not a terminal (CI logs, pipes), do not squeeze them into 80 columns.
+stdout = Console(width=None if sys.stdout.isatty() else 140)
+stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

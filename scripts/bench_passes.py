@@ -1,0 +1,68 @@
+"""Benchmark: latency of the unoptimized build vs each single pass vs the full pipeline, in one run.
+
+For each model, every variant is built for llvm and timed by the same loop on the same inputs;
+ratios are unoptimized median / variant median (> 1 means the pass helps). Usage:
+
+    python scripts/bench_passes.py [--repeat 10] [--models convnet_small,rapidocr_det]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import tvm
+from rich.console import Console
+from rich.table import Table
+
+from workbench.build import build_lowered
+from workbench.config import load_experiment
+from workbench.inputs import input_specs, make_inputs
+from workbench.measure import time_call
+from workbench.models.canonicalize import canonicalize
+from workbench.models.importer import import_to_relax
+from workbench.models.sources import resolve_source
+from workbench.pipeline import run_pipeline
+from workbench.pipeline_spec import parse_text
+from workbench.runners import tvm_runner
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = {"convnet_small": ROOT / "configs/quickstart.yaml", "rapidocr_det": ROOT / "configs/rapidocr_det.yaml"}
+SINGLE_PASSES = ["fold_constant", "fold_batchnorm", "fuse", "dce", "cse", "canonicalize"]
+FULL_PIPELINE = "fold_constant,fold_batchnorm,fuse,dce"
+
+
+def bench_model(label: str, config: Path, repeat: int, console: Console) -> Table:
+    experiment = load_experiment(config)
+    model = canonicalize(resolve_source(experiment.model.source, ROOT), input_specs(experiment.model, ROOT))
+    inputs = make_inputs(model, experiment.model, experiment.seed, ROOT)
+    imported = import_to_relax(model)
+    target = tvm.target.Target({"kind": "llvm"})
+    variants = {"unoptimized": ""} | {name: name for name in SINGLE_PASSES} | {"full pipeline": FULL_PIPELINE}
+    table = Table(title=f"{label}: unoptimized vs single passes vs full pipeline (llvm, median of {repeat})")
+    for column in ("variant", "kernels", "median ms", "speedup vs unoptimized"):
+        table.add_column(column, justify="right" if column != "variant" else "left")
+    baseline_ms = None
+    for name, text in variants.items():
+        with console.status(f"{label}: {name}"):
+            optimized, _ = run_pipeline(imported, parse_text(text), target)
+            built = build_lowered(optimized, target)
+            runner = tvm_runner(name, built, inputs, target)
+            median = time_call(runner.run_once, warmup=1, repeat=repeat, sync=runner.sync).median_ms
+        baseline_ms = baseline_ms or median
+        table.add_row(name, str(built.kernels), f"{median:.3f}", f"{baseline_ms / median:.2f}×")
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--models", default=",".join(MODELS))
+    args = parser.parse_args()
+    console = Console()
+    for label in args.models.split(","):
+        console.print(bench_model(label, MODELS[label], args.repeat, console))
+
+
+if __name__ == "__main__":
+    main()
