@@ -25,6 +25,7 @@ from workbench.accuracy import compare
 from workbench.atomic import atomic_write_bytes, atomic_write_json
 from workbench.build import build_lowered, build_tvm_default
 from workbench.config import WORKBENCH_LABEL, Experiment
+from workbench.errors import UserError
 from workbench.inputs import input_specs, make_inputs
 from workbench.measure import time_call
 from workbench.models.canonicalize import canonicalize
@@ -70,6 +71,18 @@ def _baseline_runner(label: str, canonical: onnx.ModelProto, imported, inputs: d
     raise ValueError(f"no runner for baseline {label!r}")
 
 
+def _writable_output(out_dir: Path) -> Path:
+    """Create the run folder and prove it is writable before any long work starts."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(out_dir / ".write-check", b"")
+        (out_dir / ".write-check").unlink()
+    except OSError as exc:
+        raise UserError(f"output folder {str(out_dir)!r}: cannot write there ({exc.strerror or exc}); "
+                        "set `output:` (or --set output=DIR) to a writable folder") from exc
+    return out_dir
+
+
 def _not_measured(note: str) -> dict:
     return {"median_ms": None, "p90_ms": None, "repeats": 0, "note": note}
 
@@ -78,8 +91,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
                    dump_ir: Path | None = None) -> dict:
     """Run the experiment, write its files and store row; return the result dict."""
     console = console or Console(stderr=True)
-    out_dir = experiment.output_dir(base_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = _writable_output(experiment.output_dir(base_dir))
     target = make_target(experiment.target)
     result: dict = {
         "name": experiment.name,
