@@ -1,73 +1,86 @@
 """The run report: one summary row per label, shown as a rich table, as Markdown, and as a bar chart.
 
-Both tables are built from `summary_rows`, so the console and report.md always agree.
+Both tables are built from `summary_rows` and `_cells`, so the console and report.md always agree.
 """
 
 from __future__ import annotations
 
 import io
+import json
+import textwrap
 from pathlib import Path
 
-import matplotlib
+from matplotlib.figure import Figure  # a bare Figure renders with Agg, with no pyplot state or GUI backend
+from rich.table import Table
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from workbench.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
+from workbench.atomic import atomic_write_bytes, atomic_write_text
 
 WORKBENCH = "workbench"
-COLUMNS = ("label", "median ms", "p90 ms", "workbench speedup", "kernels", "max abs err", "accuracy", "note")
+COLUMNS = ("label", "median ms", "p90 ms", "workbench speedup vs this", "kernels", "max abs err", "accuracy", "note")
+PASS_COLUMNS = ("pass", "seconds", "ops before → after", "changes")
+SPEEDUP_NOTE = "workbench speedup vs this = that label's median / the workbench median (> 1: the workbench is faster)"
 
 
 def summary_rows(result: dict) -> list[dict]:
-    """One row per label, workbench first: latency, speedup of the workbench vs that label, accuracy."""
+    """One row per label, workbench first then the baselines in measured order: latency, the
+    workbench's speedup vs that label (label median / workbench median), kernels, accuracy, note."""
     measurements = result["measurements"]
     ours = (measurements.get(WORKBENCH) or {}).get("median_ms")
     rows = []
-    for label in sorted(measurements, key=lambda name: name != WORKBENCH):
-        figures, accuracy = measurements[label], result.get("accuracy", {}).get(label)
+    for label in sorted(measurements, key=lambda name: name != WORKBENCH):  # stable: baselines keep their order
+        figures = measurements[label] or {}
+        accuracy = (result.get("accuracy") or {}).get(label) or {}
         median = figures.get("median_ms")
         rows.append({
             "label": label, "median_ms": median, "p90_ms": figures.get("p90_ms"),
             "speedup": median / ours if median and ours else None,
-            "kernels": result.get("kernels", {}).get(label),
-            "max_abs_err": accuracy.get("max_abs_err") if accuracy else None,
-            "ok": accuracy.get("ok") if accuracy else None,
+            "kernels": (result.get("kernels") or {}).get(label),
+            "max_abs_err": accuracy.get("max_abs_err"),
+            "ok": accuracy.get("ok"),
             "reference": label == result.get("reference"),
-            "note": figures.get("note") or (accuracy or {}).get("note"),
+            "note": figures.get("note") or accuracy.get("note"),
         })
     return rows
 
 
+def _number(value, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
+
+
 def _cells(row: dict) -> list[str]:
     """A summary row as display strings (shared by the console and Markdown tables)."""
-    def number(value, fmt):
-        return "—" if value is None else format(value, fmt)
-    accuracy = "reference" if row["reference"] else {True: "ok", False: "FAIL", None: "—"}[row["ok"]]
-    return [row["label"], number(row["median_ms"], ".3f"), number(row["p90_ms"], ".3f"),
-            "—" if row["speedup"] is None else f"{row['speedup']:.2f}×", number(row["kernels"], "d"),
-            number(row["max_abs_err"], ".2e"), accuracy, row["note"] or ""]
+    accuracy = "reference" if row["reference"] else {True: "ok", False: "FAIL"}.get(row["ok"], "—")
+    speedup = "—" if row["speedup"] is None else f"{row['speedup']:.2f}×"
+    return [row["label"], _number(row["median_ms"], ".3f"), _number(row["p90_ms"], ".3f"), speedup,
+            _number(row["kernels"], "d"), _number(row["max_abs_err"], ".2e"), accuracy, row["note"] or ""]
 
 
 def _op_changes(record: dict) -> str:
-    before, after = record.get("ops_before", {}), record.get("ops_after", {})
+    """The op counts a pass moved, e.g. 'nn.batch_norm 5→0, add 0→5'."""
+    before, after = record.get("ops_before") or {}, record.get("ops_after") or {}
     moved = [f"{op.removeprefix('relax.')} {before.get(op, 0)}→{after.get(op, 0)}"
              for op in sorted(set(before) | set(after)) if before.get(op, 0) != after.get(op, 0)]
     return ", ".join(moved) or "no op-count change"
 
 
 def _pass_cells(record: dict) -> list[str]:
-    total = f"{sum(record.get('ops_before', {}).values())} → {sum(record.get('ops_after', {}).values())}"
-    return [record["name"], f"{record.get('seconds', 0):.3f}", total, _op_changes(record)]
+    before, after = record.get("ops_before") or {}, record.get("ops_after") or {}
+    return [record["name"], _number(record.get("seconds"), ".3f"), f"{sum(before.values())} → {sum(after.values())}",
+            _op_changes(record)]
 
 
-PASS_COLUMNS = ("pass", "seconds", "ops before → after", "changes")
+def _target_text(result: dict) -> str:
+    target = result.get("target")
+    return target if isinstance(target, str) else json.dumps(target, sort_keys=True)
 
 
-def console_table(result: dict) -> Table:
-    table = Table(title=f"{result['name']}: {result.get('pipeline_text') or '(empty pipeline)'} on {result['target']}",
-                  caption="workbench speedup = that label's median / workbench median (> 1: workbench is faster)")
+def _heading(result: dict) -> str:
+    return f"{result['name']}: {result.get('pipeline_text') or '(empty pipeline)'} on {_target_text(result)}"
+
+
+def summary_table(result: dict) -> Table:
+    """The per-label latency/accuracy table."""
+    table = Table(title=_heading(result), caption=SPEEDUP_NOTE)
     for column in COLUMNS:
         table.add_column(column, justify="left" if column in ("label", "accuracy", "note") else "right")
     for row in summary_rows(result):
@@ -76,63 +89,100 @@ def console_table(result: dict) -> Table:
 
 
 def passes_table(result: dict) -> Table:
+    """Per pass: wall time, total op count before → after, and the op counts that moved."""
     table = Table(title="passes")
     for column in PASS_COLUMNS:
-        table.add_column(column)
-    for record in result.get("passes", []):
+        table.add_column(column, justify="right" if column == "seconds" else "left")
+    for record in result.get("passes") or []:
         table.add_row(*_pass_cells(record))
     return table
 
 
+def console_table(result: dict) -> Table:
+    """What `workbench run` prints: the summary table and, below it, the passes table (one renderable)."""
+    grid = Table.grid(padding=(1, 0))
+    grid.add_column()
+    grid.add_row(summary_table(result))
+    grid.add_row(passes_table(result) if result.get("passes") else "passes: (empty pipeline)")
+    return grid
+
+
 def _markdown_table(header: tuple[str, ...], rows: list[list[str]]) -> str:
+    def cell(text: str) -> str:
+        return " ".join(text.split()).replace("|", "\\|")  # one line per row; a '|' would split the cell
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell(text) for text in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def latency_chart(result: dict, path: Path) -> Path:
-    """Horizontal bars of median latency per label (p90 as whisker); unmeasured labels listed as a footnote."""
-    rows = [row for row in summary_rows(result) if row["median_ms"]]
-    missing = [row["label"] for row in summary_rows(result) if not row["median_ms"]]
-    fig, ax = plt.subplots(figsize=(7, 0.55 * len(rows) + 1.6))
-    medians = [row["median_ms"] for row in rows]
-    whiskers = [[0] * len(rows), [max(row["p90_ms"] - row["median_ms"], 0) for row in rows]]
-    colors = ["tab:orange" if row["label"] == WORKBENCH else "tab:blue" for row in rows]
-    ax.barh([row["label"] for row in rows], medians, xerr=whiskers, color=colors, capsize=3)
+def _chart_footnote(rows: list[dict]) -> str:
+    """'not measured: label (note); ...' for the labels the chart leaves out, wrapped to the figure width."""
+    parts = [f"{row['label']} ({row['note']})" if row["note"] else row["label"] for row in rows]
+    return "\n".join(textwrap.wrap("not measured: " + "; ".join(parts), 120, max_lines=3, placeholder=" …"))
+
+
+def _measured(row: dict) -> bool:
+    return row["median_ms"] is not None and row["median_ms"] > 0
+
+
+def latency_figure(result: dict) -> Figure:
+    """Horizontal bars of median latency per label (p90 as whisker), the workbench bar highlighted, log
+    x-scale past a 20x spread; unmeasured labels are left out and named, with their notes, in a footnote."""
+    rows = summary_rows(result)
+    shown = [row for row in rows if _measured(row)]
+    missing = [row for row in rows if not _measured(row)]
+    medians = [row["median_ms"] for row in shown]
+    log_scale = bool(medians) and max(medians) / min(medians) > 20
+    fig = Figure(figsize=(7.5, 0.55 * max(len(shown), 1) + 1.8))
+    ax = fig.subplots()
+    whiskers = [[0] * len(shown), [max((row["p90_ms"] or row["median_ms"]) - row["median_ms"], 0) for row in shown]]
+    colors = ["tab:orange" if row["label"] == WORKBENCH else "tab:blue" for row in shown]
+    ax.barh([row["label"] for row in shown], medians, xerr=whiskers, color=colors, capsize=3)
     ax.invert_yaxis()
-    if medians and max(medians) / min(medians) > 20:
+    if log_scale:
         ax.set_xscale("log")
-    for y, row in enumerate(rows):
-        ax.text(max(row["p90_ms"], row["median_ms"]), y, f"  {row['median_ms']:.3g} ms", va="center", fontsize=8)
-    ax.set_xlim(right=ax.get_xlim()[1] * (3 if medians and max(medians) / min(medians) > 20 else 1.15))
-    ax.set_xlabel("median latency, ms (whisker: p90)" + (" — log scale" if ax.get_xscale() == "log" else ""))
-    ax.set_title(f"{result['name']}: {result.get('pipeline_text') or '(empty pipeline)'}", fontsize=10)
-    if missing:
-        fig.text(0.01, 0.01, "not measured: " + ", ".join(missing), fontsize=7)
-    fig.tight_layout()
+    for y, row in enumerate(shown):
+        ax.text(max(row["p90_ms"] or 0, row["median_ms"]), y, f"  {row['median_ms']:.3g} ms", va="center", fontsize=8)
+    if shown:
+        ax.set_xlim(right=ax.get_xlim()[1] * (3 if log_scale else 1.15))  # room for the bar labels
+    else:
+        ax.text(0.5, 0.5, "no label was measured", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("median latency, ms (whisker: p90)" + (" — log scale" if log_scale else ""))
+    ax.set_title(_heading(result), fontsize=10)
+    footnote = _chart_footnote(missing) if missing else ""
+    if footnote:
+        fig.text(0.01, 0.01, footnote, fontsize=7, va="bottom")
+    footnote_inches = (footnote.count("\n") + 1) * 0.13 + 0.05 if footnote else 0  # 7 pt lines
+    fig.tight_layout(rect=(0, footnote_inches / fig.get_figheight(), 1, 1))
+    return fig
+
+
+def latency_chart(result: dict, path: Path) -> Path:
+    """`latency_figure` saved as a PNG, atomically (rendered to memory first); return the path."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120)
-    plt.close(fig)
+    latency_figure(result).savefig(buffer, format="png", dpi=120)
     return atomic_write_bytes(path, buffer.getvalue())
 
 
 def write_report(result: dict, out_dir: Path) -> Path:
-    """Write report.md and latency.png into `out_dir`; return the report's path."""
+    """Write report.md and latency.png (linked relatively) into `out_dir`; return the report's path."""
+    out_dir = Path(out_dir)
     chart = latency_chart(result, out_dir / "latency.png")
-    provenance = result.get("provenance", {})
+    model = result.get("model") or {}
+    passes = result.get("passes") or []
     text = "\n\n".join([
         f"# {result['name']}",
-        f"- model: `{result['model']['source']}` inputs {result['model'].get('inputs')}\n"
-        f"- target: `{result['target']}`\n- pipeline: `{result.get('pipeline_text') or '(empty)'}`\n"
+        f"- model: `{model.get('source')}`, inputs `{json.dumps(model.get('inputs'))}`\n"
+        f"- target: `{_target_text(result)}`\n"
+        f"- pipeline: `{result.get('pipeline_text') or '(empty)'}`\n"
         f"- accuracy reference: `{result.get('reference')}`",
         "## Latency and accuracy",
         _markdown_table(COLUMNS, [_cells(row) for row in summary_rows(result)]),
-        "*workbench speedup* = that label's median / the workbench median (> 1: the workbench build is faster).",
+        f"*{SPEEDUP_NOTE}.*",
         f"![latency]({chart.name})",
         "## Passes",
-        _markdown_table(PASS_COLUMNS, [_pass_cells(r) for r in result.get("passes", [])]) if result.get("passes")
-        else "(empty pipeline)",
+        _markdown_table(PASS_COLUMNS, [_pass_cells(record) for record in passes]) if passes else "(empty pipeline)",
         "## Provenance",
-        "\n".join(f"- {key}: `{value}`" for key, value in provenance.items()),
+        "\n".join(f"- {key}: `{value}`" for key, value in (result.get("provenance") or {}).items()),
     ])
     return atomic_write_text(out_dir / "report.md", text + "\n")

@@ -1,7 +1,10 @@
 """The SQLite results store: one row per run plus one per measured label, WAL, one transaction per result.
 
 WAL mode and a busy timeout let several processes (sweep workers, two sweeps) write one store at
-once without losing rows; a result is committed whole or not at all.
+once without losing rows: a writer that finds the store locked waits instead of failing. Each result
+is written in one transaction, so a crash or a bad value halfway never leaves a run without its
+measurements. The full result is kept as JSON next to the flat columns, so `get` gives back exactly
+what was added while SQL and CSV see one row per (run, label).
 """
 
 from __future__ import annotations
@@ -10,98 +13,152 @@ import csv
 import io
 import json
 import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from workbench.atomic import atomic_write_text
+from workbench.errors import UserError
 
 SCHEMA_VERSION = 1
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY,
-    name TEXT NOT NULL,
-    created TEXT,
-    config_hash TEXT,
-    model_source TEXT,
-    target TEXT,
-    pipeline_text TEXT,
-    result_json TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS measurements (
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    label TEXT NOT NULL,
-    median_ms REAL,
-    p90_ms REAL,
-    repeats INTEGER,
-    kernels INTEGER,
-    max_abs_err REAL,
-    max_rel_err REAL,
-    accuracy_ok INTEGER,
-    note TEXT,
-    PRIMARY KEY (run_id, label)
-);
-"""
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS runs (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        created TEXT,
+        config_hash TEXT,
+        model_source TEXT,
+        target TEXT,
+        pipeline_text TEXT,
+        result_json TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS measurements (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        label TEXT NOT NULL,
+        median_ms REAL,
+        p90_ms REAL,
+        repeats INTEGER,
+        kernels INTEGER,
+        max_abs_err REAL,
+        max_rel_err REAL,
+        accuracy_ok INTEGER,
+        note TEXT,
+        PRIMARY KEY (run_id, label)
+    )""",
+    "CREATE INDEX IF NOT EXISTS runs_by_name ON runs(name)",
+)
+BUSY_TIMEOUT_MS = 60_000
 ROW_COLUMNS = ("run_id", "name", "created", "pipeline_text", "target", "label", "median_ms", "p90_ms", "repeats",
                "kernels", "max_abs_err", "max_rel_err", "accuracy_ok", "note")
+RUN_COLUMNS = ("id", "name", "created", "config_hash", "model_source", "target", "pipeline_text")
 
 
 def _text(value: Any) -> str | None:
+    """Targets are a string or a dict; store dicts as canonical JSON so equal targets compare equal in SQL."""
     return value if value is None or isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
+def _measurement_row(run_id: int, label: str, result: dict) -> tuple:
+    figures = result["measurements"][label] or {}
+    accuracy = (result.get("accuracy") or {}).get(label) or {}
+    return (run_id, label, figures.get("median_ms"), figures.get("p90_ms"), figures.get("repeats"),
+            (result.get("kernels") or {}).get(label), accuracy.get("max_abs_err"), accuracy.get("max_rel_err"),
+            accuracy.get("ok"), figures.get("note"))
+
+
 class ResultsStore:
-    """Runs and their measurements in one SQLite file."""
+    """Runs and their measurements in one SQLite file; usable as a context manager."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, timeout=60)
+        # isolation_level=None: no implicit transactions; `_transaction` opens them explicitly.
+        self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA busy_timeout=60000")
+        self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         self.db.execute("PRAGMA foreign_keys=ON")
-        with self.db:
-            self.db.executescript(SCHEMA)
+        self._retry_busy(lambda: self.db.execute("PRAGMA journal_mode=WAL"))
+        self._retry_busy(self._migrate)
+
+    def _retry_busy(self, step: Callable[[], object]) -> None:
+        """Run `step`, retrying while the store is locked, up to the busy timeout. Needed when two processes
+        open a fresh file at once: switching it to WAL can fail with 'database is locked' at once, without
+        SQLite's busy handler ever waiting (seen about 1 in 25 runs of the two-process test)."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                step()
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE takes the write lock up front, so concurrent writers queue on the busy timeout;
+        any exception (KeyboardInterrupt included) rolls the whole transaction back."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        """Create the schema in a fresh file; refuse a store written by a newer workbench."""
+        with self._transaction():
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise UserError(f"{self.path}: results store has schema version {version}, this workbench "
+                                f"reads up to {SCHEMA_VERSION}; upgrade workbench or use another results path")
+            for statement in SCHEMA:
+                self.db.execute(statement)
             self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
+    @property
+    def schema_version(self) -> int:
+        return self.db.execute("PRAGMA user_version").fetchone()[0]
+
     def add(self, result: dict) -> int:
-        """Store one result (both tables in one transaction); return its run id."""
+        """Store one result (both tables, one transaction: all or nothing); return its run id."""
         blob = json.dumps(result, default=str)
-        with self.db:
+        with self._transaction():
             cursor = self.db.execute(
                 "INSERT INTO runs (name, created, config_hash, model_source, target, pipeline_text, result_json)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (result["name"], result.get("created"), result.get("provenance", {}).get("config_hash"),
-                 result.get("model", {}).get("source"), _text(result.get("target")), result.get("pipeline_text"),
-                 blob),
+                (result["name"], result.get("created"), (result.get("provenance") or {}).get("config_hash"),
+                 (result.get("model") or {}).get("source"), _text(result.get("target")),
+                 result.get("pipeline_text"), blob),
             )
             run_id = cursor.lastrowid
-            accuracy, kernels = result.get("accuracy", {}), result.get("kernels", {})
-            self.db.executemany(
-                "INSERT INTO measurements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, label, m.get("median_ms"), m.get("p90_ms"), m.get("repeats"), kernels.get(label),
-                  accuracy.get(label, {}).get("max_abs_err"), accuracy.get(label, {}).get("max_rel_err"),
-                  accuracy.get(label, {}).get("ok"), m.get("note"))
-                 for label, m in result["measurements"].items()],
-            )
+            self.db.executemany("INSERT INTO measurements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                [_measurement_row(run_id, label, result) for label in result["measurements"]])
         return run_id
 
     def get(self, run_id: int) -> dict:
+        """The full result dict as added (after a JSON round trip)."""
         row = self.db.execute("SELECT result_json FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             raise KeyError(f"no run {run_id} in {self.path}")
         return json.loads(row["result_json"])
 
     def runs(self, name: str | None = None) -> list[dict]:
-        query = "SELECT id, name, created, config_hash, model_source, target, pipeline_text FROM runs"
-        rows = self.db.execute(query + (" WHERE name = ?" if name else "") + " ORDER BY id", (name,) if name else ())
-        return [dict(row) for row in rows]
+        """One summary row per run (oldest first), optionally only the runs of one experiment name."""
+        query = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs"
+        params: tuple = ()
+        if name is not None:
+            query, params = query + " WHERE name = ?", (name,)
+        return [dict(row) for row in self.db.execute(query + " ORDER BY id", params)]
 
     def measurement_rows(self, run_ids: list[int] | None = None) -> list[dict]:
-        """Flat rows, one per (run, label), with the run's name, pipeline and target."""
-        query = ("SELECT m.run_id, r.name, r.created, r.pipeline_text, r.target, m.label, m.median_ms, m.p90_ms,"
-                 " m.repeats, m.kernels, m.max_abs_err, m.max_rel_err, m.accuracy_ok, m.note"
-                 " FROM measurements m JOIN runs r ON r.id = m.run_id")
+        """Flat rows, one per (run, label) in the order measured, with the run's name, pipeline and target."""
+        columns = ", ".join(f"r.{c}" if c in ("name", "created", "pipeline_text", "target") else f"m.{c}"
+                            for c in ROW_COLUMNS)
+        query = f"SELECT {columns} FROM measurements m JOIN runs r ON r.id = m.run_id"
         params: tuple = ()
         if run_ids is not None:
             query += f" WHERE m.run_id IN ({','.join('?' * len(run_ids))})"
@@ -109,8 +166,9 @@ class ResultsStore:
         return [dict(row) for row in self.db.execute(query + " ORDER BY m.run_id, m.rowid", params)]
 
     def export_csv(self, path: Path, run_ids: list[int] | None = None) -> Path:
+        """`measurement_rows` as CSV (header = ROW_COLUMNS), written atomically; return the path."""
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=ROW_COLUMNS)
+        writer = csv.DictWriter(buffer, fieldnames=ROW_COLUMNS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(self.measurement_rows(run_ids))
         return atomic_write_text(path, buffer.getvalue())
@@ -123,3 +181,4 @@ class ResultsStore:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
