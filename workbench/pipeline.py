@@ -3,10 +3,14 @@
 Each configured pass is wrapped in a module pass named `workbench.<name>`; a PassInstrument
 times exactly those wrappers (TVM also reports every nested pass, which we ignore) and counts
 Relax operator calls before and after, so a user sees what each pass changed.
+A pass may also report figures (`report_analysis`) into its record's `analysis`: the analysis
+passes do, and after every pass the recorder adds the kernel count and planned bytes of a lowered
+copy of the module (see `workbench.passes.analysis.module_stats`).
 """
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,6 +24,16 @@ from workbench.passes.registry import lookup
 from workbench.pipeline_spec import PassSpec
 
 WRAPPER_PREFIX = "workbench."
+
+# the `analysis` dict of the pass that is running (None outside run_pipeline)
+_ANALYSIS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("workbench_analysis", default=None)
+
+
+def report_analysis(**figures) -> None:
+    """Record figures (JSON-able values) for the pipeline step that is running; a no-op outside a pipeline."""
+    sink = _ANALYSIS.get()
+    if sink is not None:
+        sink.update(figures)
 
 
 def count_ops(mod: tvm.IRModule) -> dict[str, int]:
@@ -48,15 +62,17 @@ class PassRecord:
     seconds: float = 0.0
     ops_before: dict[str, int] = field(default_factory=dict)
     ops_after: dict[str, int] = field(default_factory=dict)
+    analysis: dict = field(default_factory=dict)
 
 
 @tvm.instrument.pass_instrument
 class PipelineRecorder:
     """Times the `workbench.*` wrapper passes and counts ops around each; optionally dumps IR after each."""
 
-    def __init__(self, records: list[PassRecord], dump_dir: Path | None):
+    def __init__(self, records: list[PassRecord], dump_dir: Path | None, stats: bool = True):
         self.records = records
         self.dump_dir = dump_dir
+        self.stats = stats
         self._index = 0
         self._started = 0.0
 
@@ -71,16 +87,25 @@ class PipelineRecorder:
         record = self.records[self._index]
         record.seconds = time.perf_counter() - self._started
         record.ops_after = count_ops(mod)
+        if self.stats:
+            from workbench.passes.analysis import module_stats
+
+            record.analysis.update(module_stats(mod, tvm.target.Target.current(allow_none=True)))
         if self.dump_dir is not None:
             atomic_write_text(self.dump_dir / f"{self._index + 1:02d}_{record.name}.py", mod.script())
         self._index += 1
 
 
-def _wrap(name: str, inner: tvm.transform.Pass) -> tvm.transform.Pass:
-    """A module pass named `workbench.<name>` that runs `inner` (so nested passes stay distinguishable)."""
+def _wrap(name: str, inner: tvm.transform.Pass, record: PassRecord) -> tvm.transform.Pass:
+    """A module pass named `workbench.<name>` that runs `inner` (so nested passes stay distinguishable)
+    with `report_analysis` writing into `record.analysis`."""
 
     def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        return inner(mod)
+        token = _ANALYSIS.set(record.analysis)
+        try:
+            return inner(mod)
+        finally:
+            _ANALYSIS.reset(token)
 
     return tvm.transform.module_pass(run, opt_level=0, name=WRAPPER_PREFIX + name)
 
@@ -91,18 +116,21 @@ def build_passes(specs: list[PassSpec]) -> list[tuple[PassRecord, tvm.transform.
     for i, spec in enumerate(specs):
         entry = lookup(spec, f"pipeline[{i}]")
         params, tvm_pass = entry.create(spec.params, f"pipeline[{i}] ({spec.name})")
-        steps.append((PassRecord(spec.name, params.model_dump(mode="json")), _wrap(spec.name, tvm_pass)))
+        record = PassRecord(spec.name, params.model_dump(mode="json"))
+        steps.append((record, _wrap(spec.name, tvm_pass, record)))
     return steps
 
 
 def run_pipeline(mod: tvm.IRModule, specs: list[PassSpec], target: tvm.target.Target,
-                 dump_dir: Path | None = None) -> tuple[tvm.IRModule, list[PassRecord]]:
-    """Apply the pipeline under `target`; return the new module and one record per pass."""
+                 dump_dir: Path | None = None, stats: bool = True) -> tuple[tvm.IRModule, list[PassRecord]]:
+    """Apply the pipeline under `target`; return the new module and one record per pass.
+
+    `stats` adds to each record's `analysis` the kernel count and planned bytes after the pass."""
     steps = build_passes(specs)
     records = [record for record, _ in steps]
     if dump_dir is not None:
         atomic_write_text(dump_dir / "00_imported.py", mod.script())
-    recorder = PipelineRecorder(records, dump_dir)
+    recorder = PipelineRecorder(records, dump_dir, stats)
     with target, tvm.transform.PassContext(opt_level=3, instruments=[recorder]):
         mod = tvm.transform.Sequential([p for _, p in steps], name="pipeline")(mod)
     return mod, records

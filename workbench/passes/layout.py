@@ -1,0 +1,84 @@
+"""Layout passes: change the data layout operators compute in (TVM's ConvertLayout)."""
+
+from __future__ import annotations
+
+import tvm
+from pydantic import BaseModel, ConfigDict, model_validator
+from tvm import relax
+
+from workbench.passes.registry import register
+from workbench.pipeline import count_ops, report_analysis
+
+# op -> data layout -> the kernel layout we pair with it (one TVM's legalization builds on llvm)
+DESIRED: dict[str, dict[str, str]] = {
+    "conv1d": {"NCW": "OIW", "NWC": "WIO"},
+    "conv2d": {"NCHW": "OIHW", "NHWC": "HWIO"},
+    "conv3d": {"NCDHW": "OIDHW", "NDHWC": "DHWIO"},
+}
+# ops TVM's ConvertLayout refuses a desired layout for: they follow the layout of their input
+FOLLOWERS = ("max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
+             "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "batch_norm", "layer_norm",
+             "relu", "add", "conv2d_transpose")
+LAYOUT_OPS = ("relax.layout_transform", "relax.permute_dims")
+
+
+class ConvertLayoutParams(BaseModel):
+    """op name -> data layout (`NHWC`), or [data layout, kernel layout] (`[NHWC, OHWI]`); e.g. conv2d=NHWC."""
+
+    model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="after")
+    def _check(self) -> ConvertLayoutParams:
+        layouts = self.layouts()
+        if not layouts:
+            raise ValueError(f"give at least one op=layout, e.g. conv2d=NHWC (ops: {', '.join(DESIRED)})")
+        for op, value in layouts.items():
+            _pair(op, value)
+        return self
+
+    def layouts(self) -> dict:
+        """op (without a `relax.`/`nn.` prefix) -> layout value, as given."""
+        return {op.removeprefix("relax.").removeprefix("nn."): v for op, v in (self.model_extra or {}).items()}
+
+
+def _pair(op: str, value) -> list[str]:
+    """[data layout, kernel layout] for `op`; a ValueError says what was expected."""
+    if op not in DESIRED:
+        if op in FOLLOWERS:
+            raise ValueError(f"{op}: TVM's ConvertLayout takes no desired layout for {op}; it follows the layout "
+                             f"of its input, so convert the op producing it (ops with a layout: {', '.join(DESIRED)})")
+        raise ValueError(f"unknown op {op!r}; ops with a desired layout: {', '.join(DESIRED)}")
+    choices = DESIRED[op]
+    if isinstance(value, str):
+        value = value.split(":") if ":" in value else [value]
+    if not isinstance(value, list) or not 1 <= len(value) <= 2 or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{op}: expected a data layout ({', '.join(choices)}) or [data, kernel] layouts, got {value!r}")
+    data = value[0]
+    if data not in choices:
+        raise ValueError(f"{op}: data layout {data!r} is not one of {', '.join(choices)}")
+    kernel = value[1] if len(value) == 2 else choices[data]
+    if sorted(kernel) != sorted(choices[data]):
+        raise ValueError(f"{op}: kernel layout {kernel!r} must be a permutation of {choices[data]}")
+    return [data, kernel]
+
+
+def layout_ops(mod: tvm.IRModule) -> int:
+    """Number of layout-changing ops (layout_transform, permute_dims) in the module."""
+    counts = count_ops(mod)
+    return sum(counts.get(op, 0) for op in LAYOUT_OPS)
+
+
+@register("convert_layout", "layout", ConvertLayoutParams)
+def convert_layout(params: ConvertLayoutParams) -> tvm.transform.Pass:
+    """Convert ops to layouts, op=layout: conv2d=NHWC (conv1d/2d/3d; kernel layout chosen: HWIO), pools follow."""
+    desired = {f"relax.nn.{op}": _pair(op, value) for op, value in params.layouts().items()}
+    inner = relax.transform.ConvertLayout(desired)
+
+    def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        before = layout_ops(mod)
+        mod = inner(mod)
+        report_analysis(layout_ops_before=before, layout_ops_after=layout_ops(mod),
+                        desired={op: "/".join(pair) for op, pair in desired.items()})
+        return mod
+
+    return tvm.transform.module_pass(run, opt_level=0, name="convert_layout")
