@@ -51,7 +51,8 @@ def cmd_passes(_args: argparse.Namespace) -> int:
     for column in ("name", "family", "parameters (default)", "what it does"):
         table.add_column(column)
     for entry in all_passes():
-        params = ", ".join(f"{name}={field.default!r}" for name, field in entry.params.model_fields.items()) or "—"
+        params = ", ".join(f"{name}={field.get_default(call_default_factory=True)!r}"
+                           for name, field in entry.params.model_fields.items()) or "—"
         table.add_row(entry.name, entry.family, params, entry.doc)
     stdout.print(table)
     return 0
@@ -91,8 +92,11 @@ def make_parser() -> argparse.ArgumentParser:
 
     report = verbs.add_parser("report", help="rebuild report.md and the table from a run folder")
     report.add_argument("run_dir", help="a run folder (or its result.json)")
-    report.set_defaults(handler=cmd_report)
-    for sub in (run, passes, report):
+    from workbench import sweep as sweep_verb  # light import (no TVM): the verb and the report dispatch
+
+    report.set_defaults(handler=sweep_verb.report_dispatch(cmd_report))  # a sweep folder gets the sweep report
+    sweep = sweep_verb.add_parser(verbs)
+    for sub in (run, passes, report, sweep):
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return parser
 
