@@ -1,0 +1,201 @@
+"""`workbench sweep`: expansion, equivalence classes, crash isolation, kill + resume, the ranked report."""
+
+import csv
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workbench.cli import main
+from workbench.errors import UserError
+from workbench.sweep import load_sweep
+
+BASE = {
+    "name": "sw",
+    "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 16, 16]}},
+    "baselines": ["tvm_unoptimized"],
+    "accuracy": {"reference": "tvm_unoptimized"},
+    "measure": {"warmup": 1, "repeat": 3},
+}
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def write_sweep(tmp_path: Path, sweep: dict, name: str = "s", **top) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"base": BASE, "sweep": sweep, "output": str(tmp_path / name), **top}))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- expansion
+
+
+def test_permutations_prefix_suffix_and_seeded_sample(tmp_path):
+    perms = {"permutations": ["fold_constant", "fold_batchnorm", "fuse"], "prefix": "canonicalize", "suffix": ["dce"]}
+    sweep = load_sweep(write_sweep(tmp_path, {"orderings": perms}), tmp_path)
+    texts = [v.pipeline_text for v in sweep.variants]
+    assert len(texts) == len(set(texts)) == 6
+    assert all(t.startswith("canonicalize,") and t.endswith(",dce") for t in texts)
+    assert sweep.permuted == ["fold_constant", "fold_batchnorm", "fuse"]
+    sampled = [[v.pipeline_text for v in load_sweep(write_sweep(tmp_path, {"orderings": {**perms, "sample": 3,
+                                                                                           "seed": seed}}), tmp_path).variants]
+               for seed in (1, 1, 2)]
+    assert len(sampled[0]) == 3 and set(sampled[0]) <= set(texts)
+    assert sampled[0] == sampled[1]  # same seed, same sample
+    assert sampled[0] != sampled[2]
+
+
+def test_grid_times_orderings_ids_and_base_file(tmp_path):
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(BASE))
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump({"base": "exp.yaml", "output": str(tmp_path / "g"), "sweep": {
+        "orderings": ["fold_constant,dce", ["fuse", {"dce": {}}]],
+        "grid": {"seed": [0, 1, 2], "measure.repeat": [3, 4]}, "repeats": 2}}))
+    sweep = load_sweep(path, tmp_path)
+    assert len(sweep.variants) == 2 * 3 * 2 * 2
+    assert len({v.id for v in sweep.variants}) == len(sweep.variants)
+    assert {v.pipeline_text for v in sweep.variants} == {"fold_constant,dce", "fuse,dce"}
+    v = sweep.variants[-1]
+    assert v.config["seed"] == 2 and v.config["measure"]["repeat"] == 4 and v.repeat == 1
+    assert v.config["output"] == str(tmp_path / "g" / "variants" / v.id)
+    assert load_sweep(path, tmp_path).variants[-1].id == v.id  # stable
+
+
+@pytest.mark.parametrize("sweep, fragment", [
+    ({"orderings": []}, "the sweep expands to zero variants"),
+    ({"orderings": ["dce"], "grid": {"seed": []}}, "the sweep expands to zero variants"),
+    ({"orderings": ["dce"], "grdi": {}}, "did you mean 'grid'"),
+    ({"orderings": ["dce"], "grid": {"mesure.repeat": [2]}}, "mesure"),
+    ({"orderings": ["dce("]}, "sweep.orderings[0]"),
+])
+def test_sweep_file_errors_are_user_errors(tmp_path, sweep, fragment):
+    with pytest.raises(UserError, match=None) as info:
+        load_sweep(write_sweep(tmp_path, sweep), tmp_path)
+    assert fragment in str(info.value) and "s.yaml" in str(info.value)
+
+
+def test_dry_run_prints_variants_and_writes_nothing(tmp_path, capsys):
+    path = write_sweep(tmp_path, {"orderings": ["fold_constant,dce", "fuse"], "grid": {"seed": [0, 1]}})
+    assert main(["sweep", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "4 variants" in out and "fold_constant,dce" in out and "seed=1" in out
+    assert not (tmp_path / "s").exists()
+    assert main(["sweep", str(tmp_path / "missing.yaml")]) == 2
+
+
+# ------------------------------------------------------------------------- one real sweep, several checks
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory):
+    """4 orderings: two equivalent ones, one distinct, one whose pass calls os.abort() in the worker."""
+    tmp_path = tmp_path_factory.mktemp("sweep")
+    path = write_sweep(tmp_path, {"orderings": ["dce,fold_constant", "fold_constant,dce", "fuse",
+                                                "fold_constant,abort_now"], "workers": 2, "timeout_s": 240},
+                       plugins=["tests.sweep_plugin_abort"])
+    started = time.perf_counter()
+    code = main(["sweep", str(path)])
+    print(f"sweep took {time.perf_counter() - started:.1f} s")
+    out = tmp_path / "s"
+    with sqlite3.connect(out / "results.sqlite") as db:
+        db.row_factory = sqlite3.Row
+        rows = {r["pipeline_text"]: dict(r) for r in db.execute("select * from sweep_variants")}
+        runs = db.execute("select count(*) from runs").fetchone()[0]
+    return code, out, rows, runs, path
+
+
+def test_crash_in_one_variant_only_fails_that_variant(finished_sweep):
+    code, _out, rows, _runs, _path = finished_sweep
+    assert code == 0
+    assert len(rows) == 4
+    crashed = rows["fold_constant,abort_now"]
+    assert crashed["status"] == "failed" and "SIGABRT" in crashed["error"] and crashed["run_id"] is None
+    assert all(rows[t]["status"] == "done" for t in ("dce,fold_constant", "fold_constant,dce", "fuse"))
+
+
+def test_equivalent_orderings_are_measured_once(finished_sweep):
+    _code, _out, rows, runs, _path = finished_sweep
+    a, b, c = rows["dce,fold_constant"], rows["fold_constant,dce"], rows["fuse"]
+    assert a["structural_hash"] == b["structural_hash"] != c["structural_hash"]
+    assert a["class_id"] == b["class_id"] and a["run_id"] == b["run_id"] != c["run_id"]
+    assert runs == 2  # two classes, two runs
+
+
+def test_report_ranks_plots_and_exports(finished_sweep, capsys):
+    _code, out, rows, _runs, _path = finished_sweep
+    from workbench.sweep_report import ranked_rows
+
+    ranked, failed, _meta = ranked_rows(out)
+    assert [r["rank"] for r in ranked] == [1, 2] and ranked[0]["median_ms"] <= ranked[1]["median_ms"]
+    assert ranked[0]["noise"] == "best" and all(r["ci_low"] <= r["median_ms"] <= r["ci_high"] for r in ranked)
+    assert all("tvm_unoptimized" in r["speedup"] and r["accuracy_ok"] for r in ranked)
+    assert [len(r["equivalent"]) for r in ranked if r["pipeline_text"] != "fuse"] == [1]
+    assert [f["pipeline_text"] for f in failed] == ["fold_constant,abort_now"]
+    for png in ("latency.png", "attribution.png"):
+        assert (out / png).read_bytes()[:8] == PNG and (out / png).stat().st_size > 2000
+    with open(out / "variants.csv") as handle:
+        table = list(csv.DictReader(handle))
+    assert [r["status"] for r in table] == ["done", "done", "failed"]
+    assert float(table[0]["median_ms"]) == pytest.approx(ranked[0]["median_ms"])
+    with open(out / "all_rows.csv") as handle:
+        assert {r["label"] for r in csv.DictReader(handle)} == {"workbench", "tvm_unoptimized"}
+    report = (out / "report.md").read_text()
+    assert "![latency](latency.png)" in report and "![attribution](attribution.png)" in report
+    (out / "report.md").unlink()
+    assert main(["report", str(out)]) == 0  # `workbench report` takes a sweep folder too
+    assert (out / "report.md").is_file() and "fuse" in capsys.readouterr().out
+
+
+def test_rerun_without_resume_refuses_and_resume_skips_done(finished_sweep):
+    _code, out, rows, runs, path = finished_sweep
+    assert main(["sweep", str(path)]) == 2
+    # resume retries only the failed variant (it crashes again); nothing done is re-measured
+    assert main(["sweep", str(path), "--resume", "--workers", "1"]) == 0
+    with sqlite3.connect(out / "results.sqlite") as db:
+        assert db.execute("select count(*) from runs").fetchone()[0] == runs
+        assert db.execute("select count(*) from sweep_variants").fetchone()[0] == 4
+
+
+# ----------------------------------------------------------------------------------------- kill + resume
+
+
+def test_sigkill_then_resume_keeps_every_variant_exactly_once(tmp_path):
+    path = write_sweep(tmp_path, {"orderings": ["dce"], "grid": {"seed": [0, 1, 2]}, "workers": 1}, name="k")
+    store = tmp_path / "k" / "results.sqlite"
+    command = [sys.executable, "-m", "workbench.cli", "sweep", str(path)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done: list = []
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            if store.exists():
+                with sqlite3.connect(store, timeout=30) as db:
+                    try:
+                        done = db.execute("select id, run_id from sweep_variants where status='done'").fetchall()
+                    except sqlite3.OperationalError:  # table not created yet
+                        continue
+                if done:
+                    break
+        assert done, "no variant committed before the deadline"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL
+    with sqlite3.connect(store) as db:
+        before = dict(db.execute("select id, run_id from sweep_variants where status='done'").fetchall())
+    assert 1 <= len(before) < 3, "the kill should land mid-sweep"
+    assert subprocess.run(command + ["--resume"], capture_output=True, timeout=300).returncode == 0
+    with sqlite3.connect(store) as db:
+        after = db.execute("select id, status, run_id from sweep_variants").fetchall()
+        referenced = db.execute("select count(*) from runs where id in (select run_id from sweep_variants)").fetchone()
+    ids = [row[0] for row in after]
+    assert sorted(ids) == sorted(v.id for v in load_sweep(path, tmp_path).variants) and len(set(ids)) == 3
+    assert all(status == "done" for _, status, _ in after)
+    assert {i: r for i, _, r in after if i in before} == before  # committed rows kept, not re-measured
+    assert referenced[0] == 3

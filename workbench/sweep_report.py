@@ -1,0 +1,259 @@
+"""The sweep report: variants ranked by latency with 95% CIs, noise flags, plots, CSV and report.md.
+
+One ranked row per equivalence class (variants whose optimized IR is identical and whose other settings
+match are measured once). With repeats > 1 the row's median is the median of the repeats' medians and
+its CI a bootstrap over those; with one repeat the CI is the run's own bootstrap CI of its samples.
+A class whose CI overlaps the best class's CI is flagged "within noise of best".
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from workbench.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
+from workbench.errors import UserError  # noqa: E402
+
+WORKBENCH = "workbench"
+STORE_NAME = "results.sqlite"
+MARKER = "sweep.json"
+
+
+def _load(folder: Path) -> tuple[dict, list[dict], dict[int, dict]]:
+    folder = Path(folder)
+    if not (folder / MARKER).is_file() or not (folder / STORE_NAME).is_file():
+        raise UserError(f"{folder}: not a sweep output folder (expected {MARKER} and {STORE_NAME})")
+    meta = json.loads((folder / MARKER).read_text())
+    db = sqlite3.connect(folder / STORE_NAME, timeout=60)
+    db.row_factory = sqlite3.Row
+    try:
+        variants = [dict(r) for r in db.execute("SELECT * FROM sweep_variants ORDER BY position")]
+        run_ids = sorted({v["run_id"] for v in variants if v["run_id"] is not None})
+        results = {r["id"]: json.loads(r["result_json"]) for r in
+                   db.execute(f"SELECT id, result_json FROM runs WHERE id IN ({','.join('?' * len(run_ids))})",
+                              run_ids)}
+    finally:
+        db.close()
+    return meta, variants, results
+
+
+def _ci_over_repeats(medians: list[float]) -> tuple[float, float]:
+    from workbench.measure import median_ci95
+
+    return median_ci95(np.asarray(medians, dtype=float))
+
+
+def ranked_rows(folder: Path) -> tuple[list[dict], list[dict], dict]:
+    """(ranked class rows, failed variant rows, sweep metadata)."""
+    meta, variants, results = _load(folder)
+    classes: dict[str, list[dict]] = defaultdict(list)
+    failed = []
+    for v in variants:
+        if v["status"] == "done" and v["run_id"] in results:
+            classes[v["class_id"]].append(v)
+        elif v["status"] == "failed":
+            failed.append(v)
+    rows = []
+    for class_id, members in classes.items():
+        runs = {m["run_id"]: results[m["run_id"]] for m in members}
+        ours = [r["measurements"][WORKBENCH] for r in runs.values()]
+        medians = [m["median_ms"] for m in ours if m.get("median_ms")]
+        if not medians:
+            continue
+        if len(medians) > 1:
+            low, high = _ci_over_repeats(medians)
+        else:
+            low, high = ours[0].get("ci95_ms") or (medians[0], medians[0])
+        median = float(np.median(medians))
+        speedups = defaultdict(list)
+        for r in runs.values():
+            for label, m in r["measurements"].items():
+                if label != WORKBENCH and m.get("median_ms"):
+                    speedups[label].append(m["median_ms"] / r["measurements"][WORKBENCH]["median_ms"])
+        accuracy = [r.get("accuracy", {}).get(WORKBENCH, {}).get("ok") for r in runs.values()]
+        distinct = sorted({m["pipeline_text"] for m in members}, key=lambda t: min(
+            x["position"] for x in members if x["pipeline_text"] == t))
+        first = results[members[0]["run_id"]]
+        rows.append({
+            "class_id": class_id, "pipeline_text": distinct[0], "equivalent": distinct[1:],
+            "members": sorted({m["id"] for m in members}), "grid": json.loads(members[0]["grid_json"] or "{}"),
+            "repeats": len(runs), "median_ms": median, "ci_low": float(low), "ci_high": float(high),
+            "speedup": {label: float(np.median(vals)) for label, vals in sorted(speedups.items())},
+            "kernels": first.get("kernels", {}).get(WORKBENCH),
+            "accuracy_ok": None if None in accuracy else all(accuracy),
+            "structural_hash": members[0]["structural_hash"],
+            "passes": [p["name"] for p in first.get("passes", [])],
+        })
+    rows.sort(key=lambda r: r["median_ms"])
+    if rows:
+        best = rows[0]
+        for rank, row in enumerate(rows, 1):
+            row["rank"] = rank
+            overlaps = row["ci_low"] <= best["ci_high"] and best["ci_low"] <= row["ci_high"]
+            row["noise"] = "best" if rank == 1 else ("within noise of best" if overlaps else "")
+    return rows, failed, meta
+
+
+def _cells(row: dict, baselines: list[str]) -> list[str]:
+    pipeline = row["pipeline_text"] or "(empty)"
+    if row["equivalent"]:
+        pipeline += f"  ≡ {len(row['equivalent'])} more"
+    grid = ", ".join(f"{k}={json.dumps(v)}" for k, v in row["grid"].items())
+    speedups = [f"{row['speedup'][b]:.2f}×" if b in row["speedup"] else "—" for b in baselines]
+    ok = {True: "ok", False: "FAIL", None: "—"}[row["accuracy_ok"]]
+    return [str(row["rank"]), pipeline, grid or "—", f"{row['median_ms']:.3f}",
+            f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]", str(row["repeats"]), *speedups,
+            "—" if row["kernels"] is None else str(row["kernels"]), ok, row["noise"]]
+
+
+def _header(baselines: list[str]) -> list[str]:
+    return ["rank", "pipeline", "grid", "median ms", "95% CI ms", "repeats", *[f"vs {b}" for b in baselines],
+            "kernels", "accuracy", "noise"]
+
+
+def _baselines(rows: list[dict]) -> list[str]:
+    return sorted({label for row in rows for label in row["speedup"]})
+
+
+def console_table(folder: Path) -> Table:
+    rows, failed, meta = ranked_rows(folder)
+    baselines = _baselines(rows)
+    table = Table(title=f"sweep {meta['name']}: {len(rows)} equivalence classes ranked, {len(failed)} variants failed",
+                  caption="vs X = X's median / this variant's median (> 1: this variant is faster)")
+    for column in _header(baselines):
+        table.add_column(column, justify="left" if column in ("pipeline", "grid", "accuracy", "noise") else "right")
+    for row in rows:
+        table.add_row(*_cells(row, baselines), style="bold" if row["rank"] == 1 else None)
+    for v in failed:
+        table.add_row("✗", v["pipeline_text"] or "(empty)", v["grid_json"] if v["grid_json"] != "{}" else "—",
+                      "failed", "", "", *[""] * len(baselines), "", "", (v["error"] or "")[:80], style="red")
+    return table
+
+
+def _save(fig, path: Path) -> Path:
+    buffer = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def latency_plot(rows: list[dict], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(8, 0.4 * max(len(rows), 1) + 1.6))
+    labels = [(r["pipeline_text"] or "(empty)") + (f" (+{len(r['equivalent'])}≡)" if r["equivalent"] else "")
+              + (" " + ",".join(f"{k.split('.')[-1]}={v}" for k, v in r["grid"].items()) if r["grid"] else "")
+              for r in rows]
+    medians = [r["median_ms"] for r in rows]
+    errors = [[max(r["median_ms"] - r["ci_low"], 0) for r in rows], [max(r["ci_high"] - r["median_ms"], 0) for r in rows]]
+    colors = ["tab:orange" if r["noise"] == "best" else "tab:green" if r["noise"] else "tab:blue" for r in rows]
+    ax.barh(range(len(rows)), medians, xerr=errors, color=colors, capsize=3)
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("median latency, ms (error bars: 95% CI; orange best, green within noise of best)")
+    ax.set_title("latency per equivalence class", fontsize=10)
+    return _save(fig, path)
+
+
+def attribution_plot(rows: list[dict], passes: list[str], path: Path) -> Path:
+    """For each pass: mean latency and mean kernel count of the variants that have it at each position."""
+    passes = passes or sorted({p for r in rows for p in r["passes"]})
+    fig, (ax_lat, ax_k) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for name in passes:
+        by_pos_lat, by_pos_k = defaultdict(list), defaultdict(list)
+        for r in rows:
+            weight = 1 + len(r["equivalent"])
+            for pos, p in enumerate(r["passes"]):
+                if p == name:
+                    by_pos_lat[pos] += [r["median_ms"]] * weight
+                    if r["kernels"] is not None:
+                        by_pos_k[pos] += [r["kernels"]] * weight
+        if by_pos_lat:
+            xs = sorted(by_pos_lat)
+            ax_lat.plot(xs, [np.mean(by_pos_lat[x]) for x in xs], marker="o", label=name)
+        if by_pos_k:
+            xs = sorted(by_pos_k)
+            ax_k.plot(xs, [np.mean(by_pos_k[x]) for x in xs], marker="s", label=name)
+    ax_lat.set(xlabel="position of the pass in the pipeline", ylabel="mean median latency, ms",
+               title="latency by pass position")
+    ax_k.set(xlabel="position of the pass in the pipeline", ylabel="mean kernel count", title="kernels by pass position")
+    for ax in (ax_lat, ax_k):
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_csv(folder: Path, rows: list[dict], failed: list[dict]) -> tuple[Path, Path]:
+    import csv
+
+    from workbench.results import ResultsStore
+
+    buffer = io.StringIO()
+    columns = ["rank", "class_id", "pipeline_text", "equivalent", "grid", "repeats", "median_ms", "ci_low", "ci_high",
+               "kernels", "accuracy_ok", "noise", "speedup", "members", "status", "error"]
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({**r, "equivalent": ";".join(r["equivalent"]), "grid": json.dumps(r["grid"]),
+                         "speedup": json.dumps(r["speedup"]), "members": ";".join(r["members"]), "status": "done"})
+    for v in failed:
+        writer.writerow({"pipeline_text": v["pipeline_text"], "grid": v["grid_json"], "members": v["id"],
+                         "status": "failed", "error": v["error"]})
+    ranked = atomic_write_text(folder / "variants.csv", buffer.getvalue())
+    meta, variants, _ = _load(folder)
+    run_ids = sorted({v["run_id"] for v in variants if v["run_id"] is not None})
+    with ResultsStore(folder / STORE_NAME) as store:
+        every = store.export_csv(folder / "all_rows.csv", run_ids)
+    return ranked, every
+
+
+def write_sweep_report(folder: Path) -> Path:
+    """Write report.md, latency.png, attribution.png, variants.csv and all_rows.csv into the sweep folder."""
+    folder = Path(folder)
+    rows, failed, meta = ranked_rows(folder)
+    baselines = _baselines(rows)
+    latency = latency_plot(rows, folder / "latency.png")
+    attribution = attribution_plot(rows, meta.get("permuted") or [], folder / "attribution.png")
+    ranked_csv, all_csv = write_csv(folder, rows, failed)
+    classes = "\n".join(f"- `{r['pipeline_text'] or '(empty)'}` ≡ " + ", ".join(f"`{e}`" for e in r["equivalent"])
+                        + f" (structural hash {r['structural_hash']}, measured once)"
+                        for r in rows if r["equivalent"]) or "(every measured variant has distinct optimized IR)"
+    failures = _markdown(["variant", "pipeline", "grid", "error"],
+                         [[v["id"], v["pipeline_text"] or "(empty)", v["grid_json"], (v["error"] or "").splitlines()[0]
+                           if v["error"] else ""] for v in failed]) if failed else "(none)"
+    total = len(meta.get("variants", []))
+    text = "\n\n".join([
+        f"# Sweep {meta['name']}",
+        f"- sweep file: `{meta.get('sweep_file')}`\n- variants: {total} ({len(failed)} failed), "
+        f"equivalence classes measured: {len(rows)}\n- repeats per variant: {meta['section'].get('repeats')}",
+        "## Ranking",
+        _markdown(_header(baselines), [_cells(r, baselines) for r in rows]) if rows else "(nothing measured yet)",
+        "*vs X* = X's median / this variant's median, in the same run (> 1: this variant is faster). "
+        "*within noise of best*: its 95% CI overlaps the best one's.",
+        f"![latency]({latency.name})",
+        "## Per-pass attribution",
+        f"![attribution]({attribution.name})",
+        "## Equivalent orderings",
+        classes,
+        "## Failed variants",
+        failures,
+        f"Data: [{ranked_csv.name}]({ranked_csv.name}) (ranked), [{all_csv.name}]({all_csv.name}) "
+        "(every measured label of every run).",
+    ])
+    return atomic_write_text(folder / "report.md", text + "\n")
