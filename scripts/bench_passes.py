@@ -28,7 +28,8 @@ from workbench.runners import tvm_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = {"convnet_small": ROOT / "configs/quickstart.yaml", "rapidocr_det": ROOT / "configs/rapidocr_det.yaml"}
-SINGLE_PASSES = ["fold_constant", "fold_batchnorm", "fuse", "dce", "cse", "canonicalize"]
+SINGLE_PASSES = ["fold_constant", "fold_batchnorm", "fuse", "fuse_patterns", "convert_layout(conv2d=NHWC)", "fp16",
+                 "dce", "cse", "canonicalize"]
 FULL_PIPELINE = "fold_constant,fold_batchnorm,fuse,dce"
 
 
