@@ -46,8 +46,12 @@ def bench_model(label: str, config: Path, repeat: int, console: Console) -> Tabl
     baseline_ms = None
     for name, text in variants.items():
         with console.status(f"{label}: {name}"):
-            optimized, _ = run_pipeline(imported, parse_text(text), target)
-            built = build_lowered(optimized, target)
+            try:
+                optimized, _ = run_pipeline(imported, parse_text(text), target)
+                built = build_lowered(optimized, target)
+            except Exception as exc:  # a pass that makes the model unbuildable is a finding, not a crash
+                table.add_row(name, "—", "build failed", str(exc).strip().splitlines()[0][:60])
+                continue
             runner = tvm_runner(name, built, inputs, target)
             median = time_call(runner.run_once, warmup=1, repeat=repeat, sync=runner.sync).median_ms
         baseline_ms = baseline_ms or median

@@ -6,6 +6,7 @@ import tvm
 from pydantic import BaseModel, ConfigDict, model_validator
 from tvm import relax
 
+from workbench.errors import UserError
 from workbench.passes.registry import register
 from workbench.pipeline import count_ops, report_analysis
 
@@ -68,6 +69,23 @@ def layout_ops(mod: tvm.IRModule) -> int:
     return sum(counts.get(op, 0) for op in LAYOUT_OPS)
 
 
+def _refuse_unlowerable_transposes(mod: tvm.IRModule) -> None:
+    """conv2d_transpose follows its input's layout, but TVM 0.27 only legalizes it in NCHW: say so up front."""
+    layouts: set[str] = set()
+
+    def visit(expr: relax.Expr) -> None:
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax.nn.conv2d_transpose":
+            layouts.add(str(expr.attrs.data_layout))
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    if layouts - {"NCHW"}:
+        raise UserError("convert_layout: the model has conv2d_transpose ops, which would follow into "
+                        f"{sorted(layouts - {'NCHW'})} and TVM 0.27 cannot lower conv2d_transpose outside NCHW; "
+                        "drop convert_layout for this model")
+
+
 @register("convert_layout", "layout", ConvertLayoutParams)
 def convert_layout(params: ConvertLayoutParams) -> tvm.transform.Pass:
     """Convert ops to layouts, op=layout: conv2d=NHWC (conv1d/2d/3d; kernel layout chosen: HWIO), pools follow."""
@@ -77,6 +95,7 @@ def convert_layout(params: ConvertLayoutParams) -> tvm.transform.Pass:
     def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         before = layout_ops(mod)
         mod = inner(mod)
+        _refuse_unlowerable_transposes(mod)
         report_analysis(layout_ops_before=before, layout_ops_after=layout_ops(mod),
                         desired={op: "/".join(pair) for op, pair in desired.items()})
         return mod
