@@ -12,7 +12,6 @@ from typing import Literal
 
 import numpy as np
 import tvm
-import tvm_ffi
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -20,10 +19,6 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from workbench.errors import UserError
 from workbench.passes import calibration
 from workbench.passes.registry import register
-
-# A UserError raised inside a Python pass crosses TVM's FFI (Sequential -> module_pass); registered, it comes
-# back out of run_pipeline as a UserError instead of a RuntimeError. (Project-wide concern: could move to errors.py.)
-tvm_ffi.register_error("UserError", UserError)
 
 # ---------------------------------------------------------------------------------------------- fp16
 
