@@ -1,5 +1,7 @@
 """Shared fixtures: zoo models imported to Relax once per session (imports cost seconds)."""
 
+import time
+
 import pytest
 import tvm
 
@@ -26,3 +28,29 @@ def zoo_relax():
         return cache[name]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def rpc_tracker():
+    """A TVM RPC tracker and one CPU server (key `workbench-test`) on 127.0.0.1, for the RPC code paths."""
+    from tvm.rpc import server, tracker
+
+    from workbench.config import RpcConfig
+
+    tracker_proc = tracker.Tracker(host="127.0.0.1", port=19190, port_end=19290, silent=True)
+    server_proc = server.Server(host="127.0.0.1", port=19300, port_end=19400, key="workbench-test", silent=True,
+                                tracker_addr=("127.0.0.1", tracker_proc.port))
+    config = RpcConfig(tracker=f"127.0.0.1:{tracker_proc.port}", key="workbench-test")
+    try:
+        from workbench.rpc import check_tracker
+
+        for _ in range(50):  # the server registers with the tracker shortly after it starts
+            try:
+                check_tracker(config)
+                break
+            except Exception:
+                time.sleep(0.2)
+        yield config
+    finally:
+        server_proc.terminate()
+        tracker_proc.terminate()

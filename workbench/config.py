@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
 
 from workbench import pipeline_spec
 from workbench.errors import UserError
@@ -73,6 +73,20 @@ class TargetConfig(Strict):
     num_cores: PositiveInt | None = None
 
 
+class RpcConfig(Strict):
+    """A TVM RPC tracker and the device key to request from it (a remote GPU or CPU host)."""
+
+    tracker: str = Field(pattern=r"^[^:\s]+:\d{1,5}$", description="host:port of `python -m tvm.exec.rpc_tracker`")
+    key: str = Field(min_length=1, description="the device key its servers registered with (--key)")
+    timeout_s: PositiveFloat = Field(default=10, description="give up reaching the tracker or a free server after this")
+    session_timeout_s: PositiveFloat = Field(default=600, description="the server ends a session older than this")
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, _, port = self.tracker.rpartition(":")
+        return host, int(port)
+
+
 class MeasureConfig(Strict):
     """Timing protocol shared by the workbench build and every baseline."""
 
@@ -88,6 +102,26 @@ class AccuracyConfig(Strict):
     atol: float = Field(default=1e-4, ge=0)
 
 
+class TuningConfig(Strict):
+    """MetaSchedule auto-scheduling: how many trials, which cost model, where the schedule database lives.
+
+    Tasks (one per distinct TIR function after the pipeline) are tuned one after another, each up to
+    `trials_per_task` trials (default: `trials` spread evenly over the tasks), never more than `trials`
+    in all. Only the local runner exists: measuring on a remote device over RPC is not implemented.
+    """
+
+    trials: PositiveInt = Field(default=64, description="total measured trials over all tasks")
+    trials_per_task: PositiveInt | None = Field(default=None, description="per-task cap; default trials / tasks")
+    trials_per_iter: PositiveInt = Field(
+        default=8, description="candidates measured per search round; the cost model retrains after each")
+    cost_model: Literal["xgb", "random"] = "xgb"
+    database: Path | None = Field(default=None, description="schedule database folder; default "
+                                                            "schedules/<name>/<target kind>")
+    runner: Literal["local"] = Field(default="local", description="where candidates are measured (local only)")
+    seed: int = 0
+    tune: bool = Field(default=False, description="`workbench run` tunes (resuming the database) before building")
+
+
 class Experiment(Strict):
     """One experiment: a model, an ordered pass pipeline, a target, baselines to measure against."""
 
@@ -98,6 +132,7 @@ class Experiment(Strict):
     baselines: list[BaselineName] = Field(default_factory=lambda: list(BASELINES))
     measure: MeasureConfig = Field(default_factory=MeasureConfig)
     accuracy: AccuracyConfig = Field(default_factory=AccuracyConfig)
+    tuning: TuningConfig | None = Field(default=None, description="apply (and optionally tune) a schedule database")
     seed: int = 0
     output: Path | None = Field(default=None, description="run folder; default runs/<name>")
     results: Path | None = Field(default=None, description="SQLite store; default <output>/../results.sqlite")
@@ -128,6 +163,11 @@ class Experiment(Strict):
     def output_dir(self, base_dir: Path) -> Path:
         """The run folder, relative paths taken from `base_dir` (the working directory)."""
         return base_dir / (self.output or Path("runs") / self.name)
+
+    def database_dir(self, base_dir: Path) -> Path:
+        """The tuning database folder: `tuning.database`, or schedules/<name>/<target kind>."""
+        configured = self.tuning.database if self.tuning else None
+        return base_dir / (configured or Path("schedules") / self.name / self.target.kind)
 
     def results_path(self, base_dir: Path) -> Path:
         return base_dir / self.results if self.results else self.output_dir(base_dir).parent / "results.sqlite"

@@ -1,0 +1,41 @@
+"""Reaching a TVM RPC tracker: fail fast with a readable error instead of hanging.
+
+TVM's own client retries a dead tracker for a minute and blocks forever on a key no server has
+registered; both are user mistakes (wrong address, wrong key, server not started), so they are
+checked first, with `RpcConfig.timeout_s`.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from tvm import rpc
+
+from workbench.config import RpcConfig
+from workbench.errors import UserError
+
+
+def check_tracker(config: RpcConfig) -> dict:
+    """Reach the tracker and make sure a server with `config.key` is registered; return its summary."""
+    host, port = config.address
+    try:
+        socket.create_connection((host, port), timeout=config.timeout_s).close()
+    except OSError as exc:
+        raise UserError(f"rpc.tracker {config.tracker!r}: cannot reach the RPC tracker within {config.timeout_s:g} s "
+                        f"({exc.strerror or exc}); start it with `python -m tvm.exec.rpc_tracker --port {port}` "
+                        "or fix the host:port") from exc
+    summary = rpc.connect_tracker(host, port).summary()
+    keys = sorted(summary.get("queue_info", {}))
+    if config.key not in keys:
+        found = f"registered keys: {', '.join(keys)}" if keys else "no server is registered"
+        raise UserError(f"rpc.key {config.key!r}: the tracker at {config.tracker} has no such device ({found}); "
+                        f"start one with `python -m tvm.exec.rpc_server --tracker {config.tracker} "
+                        f"--key {config.key}`")
+    return summary
+
+
+def connect(config: RpcConfig) -> rpc.RPCSession:
+    """A session on a free server with `config.key` (checked first, so a wrong key is an error, not a hang)."""
+    check_tracker(config)
+    host, port = config.address
+    return rpc.connect_tracker(host, port).request(config.key, session_timeout=config.session_timeout_s)
