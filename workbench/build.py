@@ -1,7 +1,10 @@
 """Lower a Relax module for a target, count its kernels, compile it, export the library.
 
 Three recipes share the same lowering tail, so the only difference between builds is the
-graph-level work before it:
+graph-level work before it. The tail is TVM's backend for the target kind (cpu_generic for llvm,
+cuda for cuda); on cuda it also gives every kernel a GPU schedule (dlight's default rules) unless
+one is scheduled already (`tirx.is_scheduled`, e.g. from a tuned database), and a module marked by
+the `cuda_graph` pass gets TVM's CUDA-graph rewrite.
 - `workbench`: the configured pipeline already ran; legalize what is left, then lower;
 - `tvm_default`: TVM's own default pipeline for the target (legalize, fold, fuse, lower);
 - `tvm_unoptimized`: legalize only, no folding or fusion, then lower.
@@ -15,6 +18,7 @@ from pathlib import Path
 import tvm
 from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
+from tvm.relax.backend.cuda import pipeline as cuda_backend
 
 from workbench.pipeline import count_kernels
 
@@ -34,18 +38,35 @@ class Built:
         return path
 
 
+CUDA_GRAPH_ATTR = "workbench.cuda_graph"  # module attr set by the `cuda_graph` pass
+
+
+def _schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
+    """GPU kernels need a thread binding: dlight's default rules (the ones TVM's cuda pipeline uses)
+    schedule every PrimFunc not already scheduled; CPU kernels need none."""
+    if target.kind.name != "cuda":
+        return []
+    from tvm.s_tir import dlight as dl
+
+    return [dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+                                    dl.gpu.Fallback())]
+
+
 def _lowering_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
-    """Legalize remaining high-level ops, then TVM's dataflow lowering and VM finalization."""
+    """Legalize remaining high-level ops, schedule GPU kernels, then TVM's dataflow lowering and VM finalization."""
+    backend = cuda_backend if target.kind.name == "cuda" else cpu_generic
     return (
-        cpu_generic.library_dispatch_passes(target)
+        backend.library_dispatch_passes(target)
         + [relax.transform.LegalizeOps()]
-        + cpu_generic.dataflow_lower_passes(target)
-        + cpu_generic.finalize_passes(target)
+        + _schedule_passes(target)
+        + backend.dataflow_lower_passes(target)
+        + backend.finalize_passes(target)
     )
 
 
 def _compile(mod: tvm.IRModule, target: tvm.target.Target, passes: tvm.transform.Pass) -> Built:
-    with target, tvm.transform.PassContext(opt_level=3):
+    cuda_graph = bool(mod.attrs and mod.attrs.get(CUDA_GRAPH_ATTR))
+    with target, tvm.transform.PassContext(opt_level=3, config={"relax.backend.use_cuda_graph": cuda_graph}):
         lowered = passes(mod)
     executable = tvm.compile(lowered, target, relax_pipeline=None)
     return Built(executable, lowered, count_kernels(lowered))

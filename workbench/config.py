@@ -65,12 +65,27 @@ class ModelConfig(Strict):
         return {k: _as_input(v) for k, v in value.items()} if isinstance(value, dict) else value
 
 
-class TargetConfig(Strict):
-    """A build target; `llvm` is this machine's CPU."""
+CudaArch = Literal["sm_80", "sm_86", "sm_89", "sm_90"]
 
-    kind: Literal["llvm"] = "llvm"
+
+class TargetConfig(Strict):
+    """A build target: `llvm` is this machine's CPU; `cuda` an NVIDIA GPU of compute capability `arch`
+    (A100 sm_80, RTX 30xx/A10 sm_86, RTX 40xx/L4 sm_89, H100/H200 sm_90), its host code built for `host`."""
+
+    kind: Literal["llvm", "cuda"] = "llvm"
     mcpu: str | None = None
     num_cores: PositiveInt | None = None
+    arch: CudaArch | None = Field(default=None, description="cuda only: the GPU's compute capability")
+    host: Literal["llvm"] | None = Field(default=None, description="cuda only: where the host code runs (llvm)")
+
+    @model_validator(mode="after")
+    def _arch_for_cuda(self) -> TargetConfig:
+        valid = ", ".join(CudaArch.__args__)
+        if self.kind == "cuda" and self.arch is None:
+            raise ValueError(f"a cuda target needs `arch`, one of {valid} (e.g. arch: sm_90 for an H100)")
+        if self.kind != "cuda" and (self.arch or self.host):
+            raise ValueError(f"`arch` and `host` are for kind: cuda only (kind is {self.kind!r})")
+        return self
 
 
 class RpcConfig(Strict):
@@ -92,6 +107,8 @@ class MeasureConfig(Strict):
 
     warmup: int = Field(default=5, ge=0)
     repeat: PositiveInt = 50
+    rpc: RpcConfig | None = Field(default=None, description="measure TVM builds on a remote device (a GPU host) "
+                                                            "reached through this RPC tracker")
 
 
 class AccuracyConfig(Strict):
