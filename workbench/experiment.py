@@ -12,6 +12,7 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -23,19 +24,20 @@ from rich.console import Console
 from workbench import pipeline_spec
 from workbench.accuracy import compare
 from workbench.atomic import atomic_write_bytes, atomic_write_json
-from workbench.build import build_lowered, build_tvm_default
+from workbench.build import Built, build_lowered, build_tvm_default
 from workbench.config import WORKBENCH_LABEL, Experiment
+from workbench.cuda_report import kernel_report
 from workbench.errors import UserError
 from workbench.inputs import input_specs, make_inputs
-from workbench.measure import time_call
 from workbench.models.canonicalize import canonicalize
 from workbench.models.importer import import_to_relax
 from workbench.models.sources import resolve_source
 from workbench.pipeline import run_pipeline
 from workbench.report import write_report
 from workbench.results import ResultsStore
+from workbench.rpc import connect
 from workbench.runners import Runner, ort_runner, tvm_runner
-from workbench.targets import describe, make_target
+from workbench.targets import describe, device_for, is_cuda, make_target
 
 
 @contextmanager
@@ -57,18 +59,39 @@ def provenance(experiment: Experiment) -> dict:
     }
 
 
-def _baseline_runner(label: str, canonical: onnx.ModelProto, imported, inputs: dict[str, np.ndarray],
-                     target, out_dir: Path) -> Runner:
-    """Build the runner for one baseline label."""
-    if label == "ort_all":
-        return ort_runner(label, canonical, inputs, optimized_path=out_dir / "ort_all.optimized.onnx")
-    if label == "ort_none":
-        return ort_runner(label, canonical, inputs)
-    if label == "tvm_default":
-        return tvm_runner(label, build_tvm_default(imported, target), inputs, target)
-    if label == "tvm_unoptimized":
-        return tvm_runner(label, build_lowered(imported, target), inputs, target)
-    raise ValueError(f"no runner for baseline {label!r}")
+TVM_LABELS = (WORKBENCH_LABEL, "tvm_default", "tvm_unoptimized")
+
+
+def _tvm_build(label: str, imported, target) -> Built:
+    """Build one baseline TVM recipe (the workbench build is made before measuring starts)."""
+    return build_tvm_default(imported, target) if label == "tvm_default" else build_lowered(imported, target)
+
+
+@dataclass
+class TvmPlace:
+    """Where TVM builds are measured: here, in an RPC session, or nowhere (`unavailable` says why)."""
+
+    session: object | None = None
+    unavailable: str | None = None
+
+
+def _tvm_place(experiment: Experiment, target) -> TvmPlace:
+    """Connect to the RPC tracker first (a wrong address fails in seconds), or check for a local device."""
+    if experiment.measure.rpc is not None:
+        return TvmPlace(session=connect(experiment.measure.rpc))
+    if is_cuda(target) and not device_for(target).exist:
+        return TvmPlace(unavailable="not measured: no CUDA device (measure on a GPU host with measure.rpc)")
+    return TvmPlace()
+
+
+def _runner(label: str, built: Built | None, canonical: onnx.ModelProto, inputs: dict[str, np.ndarray],
+            target, place: TvmPlace, out_dir: Path) -> Runner:
+    """The runner for one label: TVM builds where `place` says, ONNX Runtime here."""
+    if built is not None:
+        library = built.export(out_dir / f"{label}.so") if place.session is not None else None
+        return tvm_runner(label, built, inputs, target, place.session, library)
+    optimized = out_dir / "ort_all.optimized.onnx" if label == "ort_all" else None
+    return ort_runner(label, canonical, inputs, optimized_path=optimized)
 
 
 def _writable_output(out_dir: Path) -> Path:
@@ -93,6 +116,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     console = console or Console(stderr=True)
     out_dir = _writable_output(experiment.output_dir(base_dir))
     target = make_target(experiment.target)
+    place = _tvm_place(experiment, target)
     result: dict = {
         "name": experiment.name,
         "status": "running",
@@ -102,7 +126,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         "pipeline": [spec.to_yaml() for spec in experiment.pipeline],
         "pipeline_text": pipeline_spec.to_text(experiment.pipeline),
         "reference": experiment.accuracy.reference,
-        "passes": [], "measurements": {}, "accuracy": {}, "kernels": {},
+        "passes": [], "measurements": {}, "accuracy": {}, "kernels": {}, **({"cuda": {}} if is_cuda(target) else {}),
         "provenance": provenance(experiment),
     }
 
@@ -122,25 +146,34 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         built = build_lowered(optimized, target)
         built.export(out_dir / "workbench.so")
 
-    runners = {WORKBENCH_LABEL: lambda: tvm_runner(WORKBENCH_LABEL, built, inputs, target)}
-    for label in experiment.baselines:
-        runners[label] = lambda label=label: _baseline_runner(label, canonical, imported, inputs, target, out_dir)
-
+    labels = [WORKBENCH_LABEL, *experiment.baselines, *(["ort_cuda"] if is_cuda(target) else [])]
     outputs: dict[str, list[np.ndarray]] = {}
     protocol = experiment.measure
-    for label, make_runner in runners.items():
+    for label in labels:
         with step(console, f"Measuring {label} ({protocol.repeat} repeats)"):
             try:
-                runner = make_runner()
-                outputs[label] = runner.infer()
-                timing = time_call(runner.run_once, protocol.warmup, protocol.repeat, runner.sync)
-                result["measurements"][label] = {**timing.as_dict(), "note": None}
-                result["kernels"][label] = runner.kernels
+                tvm_build = (built if label == WORKBENCH_LABEL else _tvm_build(label, imported, target)) \
+                    if label in TVM_LABELS else None
+                if tvm_build is not None:
+                    result["kernels"][label] = tvm_build.kernels
+                    if is_cuda(target):
+                        result["cuda"][label] = kernel_report(label, tvm_build, experiment.target.arch,
+                                                              out_dir / "cuda")
+                if tvm_build is not None and place.unavailable:
+                    result["measurements"][label] = _not_measured(place.unavailable)
+                else:
+                    runner = _runner(label, tvm_build, canonical, inputs, target, place, out_dir)
+                    outputs[label] = runner.infer()
+                    timing = runner.measure(protocol.warmup, protocol.repeat)
+                    on_cpu = is_cuda(target) and tvm_build is None and label != "ort_cuda"
+                    result["measurements"][label] = {**timing.as_dict(),
+                                                     "note": "ONNX Runtime on the CPU" if on_cpu else None}
+                    result["kernels"][label] = runner.kernels
             except Exception as exc:  # a baseline that cannot run is reported, the run goes on
                 if label == WORKBENCH_LABEL:
                     raise
                 result["measurements"][label] = _not_measured(f"not available: {exc.__class__.__name__}: {exc}")
-                result["kernels"][label] = None
+                result["kernels"].setdefault(label, None)
         atomic_write_json(out_dir / "result.json", result)
 
     reference = outputs.get(experiment.accuracy.reference)

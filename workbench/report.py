@@ -18,6 +18,9 @@ from workbench.atomic import atomic_write_bytes, atomic_write_text
 WORKBENCH = "workbench"
 COLUMNS = ("label", "median ms", "p90 ms", "workbench speedup vs this", "kernels", "max abs err", "accuracy", "note")
 PASS_COLUMNS = ("pass", "seconds", "ops before → after", "changes")
+CUDA_COLUMNS = ("label", "kernels (PTX)", "launches / inference", "intermediate MB", "max threads/block",
+                "max registers", "max smem bytes")
+KERNEL_COLUMNS = ("kernel", "threads/block", "registers", "smem bytes")
 SPEEDUP_NOTE = "workbench speedup vs this = that label's median / the workbench median (> 1: the workbench is faster)"
 
 
@@ -78,6 +81,41 @@ def _heading(result: dict) -> str:
     return f"{result['name']}: {result.get('pipeline_text') or '(empty pipeline)'} on {_target_text(result)}"
 
 
+def _cuda_cells(label: str, report: dict) -> list[str]:
+    """One build's static CUDA figures: kernels, launches, intermediate bytes, the largest per-kernel figures."""
+    kernels = report["per_kernel"].values()
+
+    def most(key: str) -> str:
+        return _number(max((k[key] for k in kernels if k[key] is not None), default=None), "d")
+
+    return [label, str(report["kernels"]), str(report["launches"]), f"{report['intermediate_bytes'] / 1e6:.2f}",
+            most("threads_per_block"), most("registers"), most("shared_bytes")]
+
+
+def cuda_table(result: dict) -> Table:
+    """The static kernel report of each CUDA build (no GPU needed): fewer launches and MB is fusion's effect."""
+    table = Table(title=f"CUDA kernels, static ({next(iter(result['cuda'].values()))['arch']})")
+    for column in CUDA_COLUMNS:
+        table.add_column(column, justify="left" if column == "label" else "right")
+    for label, report in result["cuda"].items():
+        table.add_row(*_cuda_cells(label, report), style="bold" if label == WORKBENCH else None)
+    return table
+
+
+def _cuda_markdown(result: dict) -> str:
+    """report.md's CUDA section: the per-build table, then every workbench kernel."""
+    reports = result["cuda"]
+    parts = ["## CUDA kernels (static: from the generated CUDA source and `ptxas -v`, no GPU needed)",
+             _markdown_table(CUDA_COLUMNS, [_cuda_cells(label, report) for label, report in reports.items()]),
+             "*launches / inference: kernel calls one inference makes; intermediate MB: tensors one kernel writes "
+             "for another (graph outputs excluded). Sources: `cuda/<label>.cu`, `cuda/<label>.ptx`.*"]
+    if WORKBENCH in reports:
+        parts += ["### workbench kernels", _markdown_table(KERNEL_COLUMNS, [
+            [name, _number(k["threads_per_block"], "d"), _number(k["registers"], "d"), _number(k["shared_bytes"], "d")]
+            for name, k in reports[WORKBENCH]["per_kernel"].items()])]
+    return "\n\n".join(parts)
+
+
 def summary_table(result: dict) -> Table:
     """The per-label latency/accuracy table."""
     table = Table(title=_heading(result), caption=SPEEDUP_NOTE)
@@ -104,6 +142,8 @@ def console_table(result: dict) -> Table:
     grid.add_column()
     grid.add_row(summary_table(result))
     grid.add_row(passes_table(result) if result.get("passes") else "passes: (empty pipeline)")
+    if result.get("cuda"):
+        grid.add_row(cuda_table(result))
     return grid
 
 
@@ -182,6 +222,7 @@ def write_report(result: dict, out_dir: Path) -> Path:
         f"![latency]({chart.name})",
         "## Passes",
         _markdown_table(PASS_COLUMNS, [_pass_cells(record) for record in passes]) if passes else "(empty pipeline)",
+        *([_cuda_markdown(result)] if result.get("cuda") else []),
         "## Provenance",
         "\n".join(f"- {key}: `{value}`" for key, value in (result.get("provenance") or {}).items()),
     ])

@@ -1,6 +1,9 @@
 """Runners: one inference on prepared inputs, for TVM builds and ONNX Runtime sessions alike.
 
 A runner owns its inputs already placed on its device, so timing covers the inference only.
+A TVM build runs here or, given an RPC session, on the remote device: the exported library is
+uploaded and loaded there, and timed there by TVM's time_evaluator (one inference per sample, so
+the RPC round trip is not in the figures).
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import tvm
-from tvm import relax
+from tvm import relax, rpc
 
 from workbench.build import Built
+from workbench.measure import Timing, summarize, time_call
 from workbench.targets import device_for
 
 
@@ -26,11 +30,18 @@ class Runner:
     outputs: Callable[[object], list[np.ndarray]]
     kernels: int | None = None
     sync: Callable[[], None] = field(default=lambda: None)
+    timer: Callable[[int, int], Timing] | None = None  # (warmup, repeat) -> Timing, when not time_call's loop
 
     def infer(self) -> list[np.ndarray]:
         result = self.run_once()
         self.sync()
         return self.outputs(result)
+
+    def measure(self, warmup: int, repeat: int) -> Timing:
+        """Latency with the shared protocol (warm-up, then `repeat` timed inferences)."""
+        if self.timer is not None:
+            return self.timer(warmup, repeat)
+        return time_call(self.run_once, warmup, repeat, self.sync)
 
 
 def _flatten_tvm(value: object) -> list[np.ndarray]:
@@ -40,28 +51,51 @@ def _flatten_tvm(value: object) -> list[np.ndarray]:
     return [array for item in value for array in _flatten_tvm(item)]
 
 
-def tvm_runner(label: str, built: Built, inputs: dict[str, np.ndarray], target: tvm.target.Target) -> Runner:
-    """Run `main` of a built module in the Relax VM on inputs given in graph-input order."""
-    device = device_for(target)
-    vm = relax.VirtualMachine(built.executable, device)
+def tvm_runner(label: str, built: Built, inputs: dict[str, np.ndarray], target: tvm.target.Target,
+               session: rpc.RPCSession | None = None, library: Path | None = None) -> Runner:
+    """Run `main` of a built module in the Relax VM on inputs given in graph-input order.
+
+    With an RPC `session`, the exported `library` (.so) is uploaded and run on the remote device."""
+    device = device_for(target, session)
+    if session is None:
+        vm = relax.VirtualMachine(built.executable, device)
+    else:
+        session.upload(str(library))
+        vm = relax.VirtualMachine(session.load_module(library.name), device)
     tensors = [tvm.runtime.tensor(array, device) for array in inputs.values()]
-    return Runner(label, lambda: vm["main"](*tensors), _flatten_tvm, built.kernels, sync=device.sync)
+
+    def remote_timer(warmup: int, repeat: int) -> Timing:
+        for _ in range(warmup):
+            vm["main"](*tensors)
+        device.sync()
+        seconds = vm.time_evaluator("main", device, number=1, repeat=repeat)(*tensors).results
+        return summarize(np.asarray(seconds) * 1e3)
+
+    return Runner(label, lambda: vm["main"](*tensors), _flatten_tvm, built.kernels, sync=device.sync,
+                  timer=remote_timer if session is not None else None)
 
 
 ORT_LEVELS = {
     "ort_all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     "ort_none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "ort_cuda": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
+ORT_PROVIDERS = {"ort_cuda": "CUDAExecutionProvider"}  # every other ORT label runs on the CPU
 
 
 def ort_runner(label: str, model: onnx.ModelProto, inputs: dict[str, np.ndarray],
                optimized_path: Path | None = None) -> Runner:
-    """An ONNX Runtime CPU session at the label's optimization level; optionally keeps ORT's optimized model."""
+    """An ONNX Runtime session at the label's optimization level, on the CPU or (ort_cuda) the CUDA EP;
+    optionally keeps ORT's optimized model."""
+    provider = ORT_PROVIDERS.get(label, "CPUExecutionProvider")
+    if provider not in ort.get_available_providers():
+        raise RuntimeError(f"onnxruntime {ort.__version__} has no {provider} (install onnxruntime-gpu with a "
+                           "CUDA device present)")
     options = ort.SessionOptions()
     options.graph_optimization_level = ORT_LEVELS[label]
     options.log_severity_level = 3
     if optimized_path is not None:
         optimized_path.parent.mkdir(parents=True, exist_ok=True)
         options.optimized_model_filepath = str(optimized_path)
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=[provider])
     return Runner(label, lambda: session.run(None, inputs), lambda result: [np.asarray(a) for a in result])
