@@ -1,7 +1,7 @@
 """The bad-input corpus: every user mistake in tests/bad_inputs/ exits 2 with one readable message.
 
 Each corpus file says what the message must contain (`# expect: ...`) and, if needed, extra CLI
-arguments (`# args: ...`). Binary fixtures (broken model files, a .npy) are made here, so the corpus
+arguments (`# args: ...`) and environment variables (`# env: NAME=VALUE ...`). Binary fixtures (broken model files, a .npy) are made here, so the corpus
 stays readable text.
 """
 
@@ -20,11 +20,12 @@ CORPUS = Path(__file__).parent / "bad_inputs"
 CASES = sorted(CORPUS.glob("*.yaml"))
 
 
-def _directives(path: Path) -> tuple[str, list[str]]:
+def _directives(path: Path) -> tuple[str, list[str], dict[str, str]]:
     lines = path.read_text().splitlines()
     expect = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("# expect:"))
     args = next((shlex.split(line.split(":", 1)[1]) for line in lines if line.startswith("# args:")), [])
-    return expect, args
+    env = next((shlex.split(line.split(":", 1)[1]) for line in lines if line.startswith("# env:")), [])
+    return expect, args, dict(item.split("=", 1) for item in env)
 
 
 def _lstm_model() -> onnx.ModelProto:
@@ -65,8 +66,10 @@ def test_corpus_is_large_enough():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: p.stem)
 def test_bad_input_exits_2_with_a_readable_message(case, corpus_dir, monkeypatch, capsys):
-    expect, args = _directives(case)
+    expect, args, env = _directives(case)
     monkeypatch.chdir(corpus_dir)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     code = main(["run", case.name, "--set", f"output={corpus_dir / 'runs' / case.stem}", *args]
                 if case.stem != "output_unwritable" else ["run", case.name, *args])
     err = capsys.readouterr().err
