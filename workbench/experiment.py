@@ -25,8 +25,9 @@ from workbench.accuracy import compare
 from workbench.atomic import atomic_write_bytes, atomic_write_json
 from workbench.build import build_lowered, build_tvm_default
 from workbench.config import WORKBENCH_LABEL, Experiment
-from workbench.errors import UserError
+from workbench.errors import BaselineUnavailable, UserError
 from workbench.inputs import input_specs, make_inputs
+from workbench.iree_baseline import iree_runner
 from workbench.measure import time_call
 from workbench.models.canonicalize import canonicalize
 from workbench.models.importer import import_to_relax
@@ -68,6 +69,9 @@ def _baseline_runner(label: str, canonical: onnx.ModelProto, imported, inputs: d
         return tvm_runner(label, build_tvm_default(imported, target), inputs, target)
     if label == "tvm_unoptimized":
         return tvm_runner(label, build_lowered(imported, target), inputs, target)
+    if label == "iree":
+        return iree_runner(canonical, inputs, out_dir, target.kind.name, arch=target.attrs.get("arch"),
+                           cpu=target.attrs.get("mcpu"))
     raise ValueError(f"no runner for baseline {label!r}")
 
 
@@ -139,7 +143,8 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
             except Exception as exc:  # a baseline that cannot run is reported, the run goes on
                 if label == WORKBENCH_LABEL:
                     raise
-                result["measurements"][label] = _not_measured(f"not available: {exc.__class__.__name__}: {exc}")
+                reason = str(exc) if isinstance(exc, BaselineUnavailable) else f"{exc.__class__.__name__}: {exc}"
+                result["measurements"][label] = _not_measured(f"not available: {reason}")
                 result["kernels"][label] = None
         atomic_write_json(out_dir / "result.json", result)
 
