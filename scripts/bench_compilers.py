@@ -104,7 +104,8 @@ def table_of(rows: list[dict], repeat: int, rounds: int) -> Table:
     columns = ["model", "best pipeline", "workbench ms", *(f"{label} ms" for label in COMPARED),
                *(f"{label} / workbench" for label in COMPARED), "kernels wb/iree/tvm_default"]
     for column in columns:
-        table.add_column(column, justify="left" if column in ("model", "best pipeline") else "right")
+        table.add_column(column, justify="left" if column in ("model", "best pipeline") else "right",
+                         overflow="fold")
     for row in rows:
         times = [f"{row[f'{label} ms']:.3f}" if row[f"{label} ms"] else "—" for label in COMPARED]
         ratios = [f"{row[f'{label} ms'] / row['workbench ms']:.2f}×" if row[f"{label} ms"] else "—"

@@ -102,6 +102,21 @@ def test_cuda_build_compiles_without_gpu(zoo_relax, tmp_path, arch):
 
 
 @iree_installed
+def test_old_opset_model_is_upgraded_for_iree(tmp_path):
+    """BatchNormalization-9 (opset 12, as in rapidocr's det model) is refused by IREE unless upgraded first."""
+    rng = np.random.default_rng(1)
+    stats = [helper.make_tensor(n, TensorProto.FLOAT, [4], rng.uniform(0.5, 1.5, 4).tolist())
+             for n in ("scale", "bias", "mean", "var")]
+    node = helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], epsilon=1e-5)
+    graph = helper.make_graph([node], "bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], stats)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)], ir_version=7)
+    inputs = _seeded_inputs(model)
+    produced = iree_runner(model, inputs, tmp_path, "llvm").infer()
+    np.testing.assert_allclose(produced[0], _ort_reference(model, inputs)[0], rtol=1e-3, atol=1e-4)
+
+
+@iree_installed
 def test_cuda_without_arch_is_reported(zoo_relax, tmp_path):
     model, _ = zoo_relax("convnet_small")
     with pytest.raises(BaselineUnavailable, match="needs its arch"):
@@ -136,6 +151,7 @@ def test_iree_in_a_run_is_measured_checked_and_counted(tmp_path):
     assert result["accuracy"]["iree"]["ok"]
     assert result["kernels"]["iree"] == 1 < result["kernels"]["tvm_unoptimized"]
     assert (tmp_path / "run" / "iree.vmfb").is_file() and (tmp_path / "run" / "iree.mlir").is_file()
+    assert result["provenance"]["iree"].startswith("3.")
 
 
 def test_short_reason_is_the_first_error_line():

@@ -27,7 +27,7 @@ from workbench.build import build_lowered, build_tvm_default
 from workbench.config import WORKBENCH_LABEL, Experiment
 from workbench.errors import BaselineUnavailable, UserError
 from workbench.inputs import input_specs, make_inputs
-from workbench.iree_baseline import iree_runner
+from workbench.iree_baseline import iree_runner, iree_version
 from workbench.measure import time_call
 from workbench.models.canonicalize import canonicalize
 from workbench.models.importer import import_to_relax
@@ -54,7 +54,7 @@ def provenance(experiment: Experiment) -> dict:
         "tvm": versions["apache-tvm"], "tvm_ffi": versions["apache-tvm-ffi"], "onnx": versions["onnx"],
         "onnxruntime": versions["onnxruntime"], "python": platform.python_version(),
         "config_hash": experiment.config_hash(), "seed": experiment.seed, "host": socket.gethostname(),
-        "machine": platform.machine(),
+        "machine": platform.machine(), **({"iree": iree_version()} if "iree" in experiment.baselines else {}),
     }
 
 

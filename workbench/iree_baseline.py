@@ -14,10 +14,12 @@ from __future__ import annotations
 import re
 import shutil
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import onnx
+from onnx import version_converter
 
 from workbench.errors import BaselineUnavailable
 from workbench.runners import Runner
@@ -38,6 +40,9 @@ _AMPERE_CLASS_WGP = (
     "max_workgroup_memory_bytes = 232448, max_workgroup_counts = [2147483647, 65535, 65535]>"
 )
 _DRIVERS = {"llvm": "local-task", "cuda": "cuda"}
+# IREE lowers some ONNX ops only in their newer versions (BatchNormalization-9, as in opset-12 models like
+# rapidocr's, is refused), so older models are upgraded first, as `iree-import-onnx --opset-version 17` would.
+IMPORT_OPSET = 17
 
 
 @dataclass
@@ -57,6 +62,14 @@ def _require_iree():
     except ImportError as exc:
         raise BaselineUnavailable(INSTALL_HINT) from exc
     return compiler_tools, runtime, ir, onnx_importer
+
+
+def iree_version() -> str | None:
+    """The installed IREE compiler version (for provenance), None without the extra."""
+    try:
+        return metadata.version("iree-base-compiler")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def short_reason(message: str) -> str:
@@ -95,10 +108,21 @@ def target_options(kind: str, arch: str | None = None, cpu: str | None = None) -
     raise BaselineUnavailable(f"IREE baseline supports targets llvm and cuda, not {kind!r}")
 
 
+def _upgraded(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model at IMPORT_OPSET when it is older; the model as given if the converter cannot do it."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), IMPORT_OPSET)
+    if opset >= IMPORT_OPSET:
+        return model
+    try:
+        return version_converter.convert_version(model, IMPORT_OPSET)
+    except Exception:  # noqa: BLE001 - IREE then reports the op it cannot lower, a better reason than this
+        return model
+
+
 def import_onnx(model: onnx.ModelProto, kind: str, arch: str | None = None) -> str:
     """IREE's ONNX importer (what `iree-import-onnx` runs), in-process; returns the module's MLIR text."""
     _, _, ir, onnx_importer = _require_iree()
-    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)  # the importer reads inferred shapes
+    inferred = onnx.shape_inference.infer_shapes(_upgraded(model), data_prop=True)  # the importer needs shapes
     context = ir.Context()
     try:
         info = onnx_importer.ModelInfo(inferred)
