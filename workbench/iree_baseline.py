@@ -122,15 +122,16 @@ def _upgraded(model: onnx.ModelProto) -> onnx.ModelProto:
 def import_onnx(model: onnx.ModelProto, kind: str, arch: str | None = None) -> str:
     """IREE's ONNX importer (what `iree-import-onnx` runs), in-process; returns the module's MLIR text."""
     _, _, ir, onnx_importer = _require_iree()
-    inferred = onnx.shape_inference.infer_shapes(_upgraded(model), data_prop=True)  # the importer needs shapes
     context = ir.Context()
     try:
+        inferred = onnx.shape_inference.infer_shapes(_upgraded(model), data_prop=True)  # the importer needs shapes
         info = onnx_importer.ModelInfo(inferred)
         module = info.create_module(context=context).operation
         onnx_importer.NodeImporter.define_function(info.main_graph, module).import_all()
         module.verify()
     except Exception as exc:
-        raise BaselineUnavailable(f"IREE cannot import the model: {str(exc).splitlines()[0]}") from exc
+        first_line = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
+        raise BaselineUnavailable(f"IREE cannot import the model: {first_line}") from exc
     if kind == "cuda" and arch in _EXPLICIT_CUDA_PTX:
         module.attributes["hal.device.targets"] = _cuda_device_targets(ir, arch, context)
     return module.get_asm(assume_verified=True)
