@@ -1,4 +1,5 @@
-"""The `iree` baseline: IREE compiles the canonical ONNX, runs it in-process, matches the reference, counts dispatches."""
+"""The `iree` baseline: IREE compiles the canonical ONNX, runs it in-process, matches the reference, counts
+dispatches."""
 
 import sys
 from pathlib import Path
@@ -13,7 +14,6 @@ from workbench.config import validate
 from workbench.errors import BaselineUnavailable
 from workbench.experiment import run_experiment
 from workbench.iree_baseline import INSTALL_HINT, compile_onnx, iree_runner, short_reason
-
 
 
 def _has_iree() -> bool:
@@ -37,7 +37,8 @@ def _seeded_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 def _ort_reference(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(None, inputs)
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, inputs)
 
 
 def _one_node_chain(ops: list[str], path: Path) -> Path:
@@ -157,7 +158,9 @@ def test_iree_in_a_run_is_measured_checked_and_counted(tmp_path):
 def test_short_reason_is_the_first_error_line():
     diagnostics = ("Error invoking IREE compiler tool iree-compile\nError code: 1\nDiagnostics:\n"
                    "<stdin>:4:10: error: failed to legalize operation 'torch.operator' that was explicitly marked "
-                   "illegal: %1 = \"torch.operator\"(%arg0) <{name = \"onnx.LpPool\"}> {...}\n<stdin>:2:3: error: other")
-    assert short_reason(diagnostics) == "IREE cannot lower ONNX op LpPool (failed to legalize operation 'torch.operator' that was explicitly marked illegal)"
+                   "illegal: %1 = \"torch.operator\"(%arg0) <{name = \"onnx.LpPool\"}> {...}\n"
+                   "<stdin>:2:3: error: other")
+    assert short_reason(diagnostics) == ("IREE cannot lower ONNX op LpPool (failed to legalize operation "
+                                         "'torch.operator' that was explicitly marked illegal)")
     assert short_reason("Error invoking IREE compiler tool iree-compile\nError code: -11\nDiagnostics:\nStack dump:") \
         == "iree-compile crashed (exit code -11)"
