@@ -11,3 +11,7 @@ class UserError(Exception):
     """A mistake in the user's input; the message says where and how to fix it."""
 
     exit_code = 2
+
+
+class BaselineUnavailable(Exception):
+    """A baseline cannot run here (package missing, model unsupported); the run reports it and goes on."""

@@ -27,8 +27,9 @@ from workbench.atomic import atomic_write_bytes, atomic_write_json
 from workbench.build import Built, build_lowered, build_tvm_default
 from workbench.config import WORKBENCH_LABEL, Experiment
 from workbench.cuda_report import kernel_report
-from workbench.errors import UserError
+from workbench.errors import BaselineUnavailable, UserError
 from workbench.inputs import input_specs, make_inputs
+from workbench.iree_baseline import iree_runner, iree_version
 from workbench.models.canonicalize import canonicalize
 from workbench.models.importer import import_to_relax
 from workbench.models.sources import resolve_source
@@ -55,7 +56,7 @@ def provenance(experiment: Experiment) -> dict:
         "tvm": versions["apache-tvm"], "tvm_ffi": versions["apache-tvm-ffi"], "onnx": versions["onnx"],
         "onnxruntime": versions["onnxruntime"], "python": platform.python_version(),
         "config_hash": experiment.config_hash(), "seed": experiment.seed, "host": socket.gethostname(),
-        "machine": platform.machine(),
+        "machine": platform.machine(), **({"iree": iree_version()} if "iree" in experiment.baselines else {}),
     }
 
 
@@ -90,6 +91,9 @@ def _runner(label: str, built: Built | None, canonical: onnx.ModelProto, inputs:
     if built is not None:
         library = built.export(out_dir / f"{label}.so") if place.session is not None else None
         return tvm_runner(label, built, inputs, target, place.session, library)
+    if label == "iree":
+        return iree_runner(canonical, inputs, out_dir, target.kind.name, arch=target.attrs.get("arch"),
+                           cpu=target.attrs.get("mcpu"))
     optimized = out_dir / "ort_all.optimized.onnx" if label == "ort_all" else None
     return ort_runner(label, canonical, inputs, optimized_path=optimized)
 
@@ -165,14 +169,15 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
                     runner = _runner(label, tvm_build, canonical, inputs, target, place, out_dir)
                     outputs[label] = runner.infer()
                     timing = runner.measure(protocol.warmup, protocol.repeat)
-                    on_cpu = is_cuda(target) and tvm_build is None and label != "ort_cuda"
+                    on_cpu = is_cuda(target) and label in ("ort_all", "ort_none")
                     result["measurements"][label] = {**timing.as_dict(),
                                                      "note": "ONNX Runtime on the CPU" if on_cpu else None}
                     result["kernels"][label] = runner.kernels
             except Exception as exc:  # a baseline that cannot run is reported, the run goes on
                 if label == WORKBENCH_LABEL:
                     raise
-                result["measurements"][label] = _not_measured(f"not available: {exc.__class__.__name__}: {exc}")
+                reason = str(exc) if isinstance(exc, BaselineUnavailable) else f"{exc.__class__.__name__}: {exc}"
+                result["measurements"][label] = _not_measured(f"not available: {reason}")
                 result["kernels"].setdefault(label, None)
         atomic_write_json(out_dir / "result.json", result)
 

@@ -1,0 +1,136 @@
+"""Benchmark: the best workbench pipeline vs ONNX Runtime vs IREE vs TVM's default pipeline, in one run, on this CPU.
+
+For each model, every candidate is built for llvm (IREE: llvm-cpu for the host CPU) from the same
+canonical ONNX and run on the same seeded inputs by the same timing loop. Labels are timed in
+interleaved rounds (each round times every label once), so a load change on the machine hits all
+of them alike; a label's figure is the median of its round medians. Ratios are label median /
+best-workbench median (> 1: the workbench build is faster). `kernels` is TVM's kernel count (distinct
+TIR functions) or IREE's dispatch count: how much each compiler fused.
+
+The workbench figure is the best of a few untuned pipelines (`--pipelines`, `;`-separated). Tuned
+schedules (a MetaSchedule database) are another candidate: build one in `workbench_candidates`.
+Usage:
+
+    python scripts/bench_compilers.py [--repeat 10] [--rounds 3] [--models convnet_small,rapidocr_det]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import tvm
+from rich.console import Console
+from rich.table import Table
+
+from workbench.build import build_lowered, build_tvm_default
+from workbench.config import Experiment, load_experiment, validate
+from workbench.errors import BaselineUnavailable
+from workbench.inputs import input_specs, make_inputs
+from workbench.iree_baseline import iree_runner
+from workbench.measure import time_call
+from workbench.models import zoo
+from workbench.models.canonicalize import canonicalize
+from workbench.models.importer import import_to_relax
+from workbench.models.sources import resolve_source
+from workbench.pipeline import run_pipeline
+from workbench.pipeline_spec import parse_text
+from workbench.runners import Runner, ort_runner, tvm_runner
+
+ROOT = Path(__file__).resolve().parent.parent
+PIPELINES = "fold_constant,fold_batchnorm,fuse,dce;fold_constant,fold_batchnorm,fuse_patterns,fuse,dce"
+MODELS = (*zoo.NAMES, "rapidocr_det")
+COMPARED = ("ort_all", "iree", "tvm_default")
+
+
+def experiment_for(name: str) -> Experiment:
+    """A zoo model at its default inputs, or a model with a config in configs/ (rapidocr_det)."""
+    if name in zoo.NAMES:
+        return validate({"name": name, "model": {"source": f"zoo:{name}", "inputs": zoo.default_inputs(name)}}, name)
+    return load_experiment(ROOT / "configs" / f"{name}.yaml")
+
+
+def workbench_candidates(imported: tvm.IRModule, pipelines: list[str], target: tvm.target.Target,
+                         inputs: dict[str, np.ndarray]) -> dict[str, Runner]:
+    """One runner per workbench pipeline; a tuned build would be added here as one more candidate."""
+    runners = {}
+    for text in pipelines:
+        optimized, _ = run_pipeline(imported, parse_text(text), target)
+        runners[f"workbench[{text}]"] = tvm_runner(text, build_lowered(optimized, target), inputs, target)
+    return runners
+
+
+def timed(runners: dict[str, Runner], repeat: int, rounds: int) -> dict[str, float]:
+    """Median of per-round medians, rounds interleaved over the labels."""
+    per_round: dict[str, list[float]] = {label: [] for label in runners}
+    for index in range(rounds):
+        for label, runner in runners.items():
+            timing = time_call(runner.run_once, warmup=2 if index == 0 else 0, repeat=repeat, sync=runner.sync)
+            per_round[label].append(timing.median_ms)
+    return {label: float(np.median(medians)) for label, medians in per_round.items()}
+
+
+def bench_model(name: str, pipelines: list[str], repeat: int, rounds: int, console: Console) -> dict:
+    experiment = experiment_for(name)
+    model = canonicalize(resolve_source(experiment.model.source, ROOT, experiment.model.cache_dir),
+                         input_specs(experiment.model, ROOT))
+    inputs = make_inputs(model, experiment.model, experiment.seed, ROOT)
+    target = tvm.target.Target({"kind": "llvm"})
+    with console.status(f"{name}: building"), tempfile.TemporaryDirectory() as iree_dir:
+        imported = import_to_relax(model)
+        runners = workbench_candidates(imported, pipelines, target, inputs)
+        runners["ort_all"] = ort_runner("ort_all", model, inputs)
+        runners["tvm_default"] = tvm_runner("tvm_default", build_tvm_default(imported, target), inputs, target)
+        notes = {}
+        try:
+            runners["iree"] = iree_runner(model, inputs, Path(iree_dir), "llvm")
+        except BaselineUnavailable as exc:
+            notes["iree"] = f"not available: {exc}"
+    with console.status(f"{name}: timing {len(runners)} labels, {rounds} rounds of {repeat}"):
+        medians = timed(runners, repeat, rounds)
+    best = min((label for label in runners if label.startswith("workbench[")), key=medians.__getitem__)
+    row = {"model": name, "best pipeline": best[len("workbench["):-1], "workbench ms": medians[best],
+           "kernels": {"workbench": runners[best].kernels}, "notes": notes}
+    for label in COMPARED:
+        row[f"{label} ms"] = medians.get(label)
+        row["kernels"][label] = runners[label].kernels if label in runners else None
+    return row
+
+
+def table_of(rows: list[dict], repeat: int, rounds: int) -> Table:
+    table = Table(title=f"best workbench pipeline vs other compilers (llvm, this CPU, {rounds}x{repeat} runs)")
+    columns = ["model", "best pipeline", "workbench ms", *(f"{label} ms" for label in COMPARED),
+               *(f"{label} / workbench" for label in COMPARED), "kernels wb/iree/tvm_default"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("model", "best pipeline") else "right",
+                         overflow="fold")
+    for row in rows:
+        times = [f"{row[f'{label} ms']:.3f}" if row[f"{label} ms"] else "—" for label in COMPARED]
+        ratios = [f"{row[f'{label} ms'] / row['workbench ms']:.2f}×" if row[f"{label} ms"] else "—"
+                  for label in COMPARED]
+        kernels = "/".join("—" if row["kernels"][k] is None else str(row["kernels"][k])
+                           for k in ("workbench", "iree", "tvm_default"))
+        table.add_row(row["model"], row["best pipeline"], f"{row['workbench ms']:.3f}", *times, *ratios, kernels)
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=10, help="timed runs per label per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--pipelines", default=PIPELINES, help="workbench candidates, ';'-separated pipeline texts")
+    args = parser.parse_args()
+    console = Console(width=max(Console().width, 200))
+    rows = []
+    for name in args.models.split(","):
+        rows.append(bench_model(name, args.pipelines.split(";"), args.repeat, args.rounds, console))
+        for label, note in rows[-1]["notes"].items():
+            console.print(f"{name}: {label} {note}")
+    console.print(table_of(rows, args.repeat, args.rounds))
+
+
+if __name__ == "__main__":
+    main()
