@@ -34,3 +34,12 @@ def test_unreachable_tracker_fails_within_the_timeout():
     with pytest.raises(UserError, match="cannot reach the RPC tracker"):
         check_tracker(RpcConfig(tracker=f"127.0.0.1:{port}", key="x", timeout_s=2))
     assert time.perf_counter() - started < 5
+
+
+def test_busy_server_is_an_error_after_the_timeout_not_a_hang(rpc_tracker):
+    held = connect(rpc_tracker)  # the only server with this key is now busy
+    started = time.perf_counter()
+    with pytest.raises(UserError, match="stayed busy"):
+        check_tracker(rpc_tracker.model_copy(update={"timeout_s": 1.5}))
+    assert time.perf_counter() - started < 6
+    del held

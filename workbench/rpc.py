@@ -2,12 +2,14 @@
 
 TVM's own client retries a dead tracker for a minute and blocks forever on a key no server has
 registered; both are user mistakes (wrong address, wrong key, server not started), so they are
-checked first, with `RpcConfig.timeout_s`.
+checked first, with `RpcConfig.timeout_s`; so is a server that stays busy (TVM would
+wait for it forever).
 """
 
 from __future__ import annotations
 
 import socket
+import time
 
 from tvm import rpc
 
@@ -24,14 +26,22 @@ def check_tracker(config: RpcConfig) -> dict:
         raise UserError(f"rpc.tracker {config.tracker!r}: cannot reach the RPC tracker within {config.timeout_s:g} s "
                         f"({exc.strerror or exc}); start it with `python -m tvm.exec.rpc_tracker --port {port}` "
                         "or fix the host:port") from exc
-    summary = rpc.connect_tracker(host, port).summary()
-    keys = sorted(summary.get("queue_info", {}))
-    if config.key not in keys:
-        found = f"registered keys: {', '.join(keys)}" if keys else "no server is registered"
-        raise UserError(f"rpc.key {config.key!r}: the tracker at {config.tracker} has no such device ({found}); "
-                        f"start one with `python -m tvm.exec.rpc_server --tracker {config.tracker} "
-                        f"--key {config.key}`")
-    return summary
+    deadline = time.monotonic() + config.timeout_s
+    while True:  # a server is busy while a session holds it; it re-registers as free when the session ends
+        summary = rpc.connect_tracker(host, port).summary()
+        queues = summary.get("queue_info", {})
+        if config.key not in queues:
+            found = f"registered keys: {', '.join(sorted(queues))}" if queues else "no server is registered"
+            raise UserError(f"rpc.key {config.key!r}: the tracker at {config.tracker} has no such device ({found}); "
+                            f"start one with `python -m tvm.exec.rpc_server --tracker {config.tracker} "
+                            f"--key {config.key}`")
+        if queues[config.key].get("free", 0) > 0:
+            return summary
+        if time.monotonic() > deadline:
+            raise UserError(f"rpc.key {config.key!r}: every server with this key at {config.tracker} stayed busy "
+                            f"for {config.timeout_s:g} s; wait for the other session, start another server, "
+                            "or raise rpc.timeout_s")
+        time.sleep(0.2)
 
 
 def connect(config: RpcConfig) -> rpc.RPCSession:
