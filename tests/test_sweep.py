@@ -194,8 +194,11 @@ def test_sigkill_then_resume_keeps_every_variant_exactly_once(tmp_path):
     with sqlite3.connect(store) as db:
         after = db.execute("select id, status, run_id from sweep_variants").fetchall()
         referenced = db.execute("select count(*) from runs where id in (select run_id from sweep_variants)").fetchone()
+        orphans = db.execute("select count(*) from runs where id not in (select run_id from sweep_variants"
+                             " where run_id is not null)").fetchone()
     ids = [row[0] for row in after]
     assert sorted(ids) == sorted(v.id for v in load_sweep(path, tmp_path).variants) and len(set(ids)) == 3
     assert all(status == "done" for _, status, _ in after)
     assert {i: r for i, _, r in after if i in before} == before  # committed rows kept, not re-measured
     assert referenced[0] == 3
+    assert orphans[0] == 0  # a run and the variants it measured are committed together, or not at all

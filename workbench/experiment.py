@@ -88,8 +88,10 @@ def _not_measured(note: str) -> dict:
 
 
 def run_experiment(experiment: Experiment, base_dir: Path, console: Console | None = None,
-                   dump_ir: Path | None = None) -> dict:
-    """Run the experiment, write its files and store row; return the result dict."""
+                   dump_ir: Path | None = None, store: bool = True) -> dict:
+    """Run the experiment, write its files and (with `store`) its store row; return the result dict.
+
+    A sweep passes store=False: its parent process adds the row together with the variants it measures."""
     console = console or Console(stderr=True)
     out_dir = _writable_output(experiment.output_dir(base_dir))
     target = make_target(experiment.target)
@@ -152,6 +154,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     result["status"] = "complete"
     atomic_write_json(out_dir / "result.json", result)
     write_report(result, out_dir)
-    with ResultsStore(experiment.results_path(base_dir)) as store:
-        result["run_id"] = store.add(result)
+    if store:
+        with ResultsStore(experiment.results_path(base_dir)) as results:
+            result["run_id"] = results.add(result)
     return result
