@@ -202,3 +202,27 @@ def test_sigkill_then_resume_keeps_every_variant_exactly_once(tmp_path):
     assert {i: r for i, _, r in after if i in before} == before  # committed rows kept, not re-measured
     assert referenced[0] == 3
     assert orphans[0] == 0  # a run and the variants it measured are committed together, or not at all
+
+
+# ------------------------------------------------------------------------------------------- Ray executor
+
+
+def test_ray_executor_same_store_crash_and_timeout(tmp_path):
+    """executor: ray on a local Ray instance (num_cpus=2): same variant function, same store and report;
+    an aborting variant and a hanging one (cancelled at the timeout) fail alone."""
+    pytest.importorskip("ray", reason="the `ray` extra is not installed (pip install -e '.[ray]')")
+    path = write_sweep(tmp_path, {"orderings": ["dce,fold_constant", "fold_constant,dce", "fold_constant,abort_now",
+                                                "hang_now"], "executor": "ray", "workers": 2, "timeout_s": 30},
+                       plugins=["tests.sweep_plugin_abort"])
+    assert main(["sweep", str(path)]) == 0
+    with sqlite3.connect(tmp_path / "s" / "results.sqlite") as db:
+        db.row_factory = sqlite3.Row
+        rows = {r["pipeline_text"]: dict(r) for r in db.execute("select * from sweep_variants")}
+        runs = db.execute("select id, pipeline_text from runs").fetchall()
+    assert rows["fold_constant,abort_now"]["status"] == "failed"
+    assert "WorkerCrashedError" in rows["fold_constant,abort_now"]["error"]
+    assert rows["hang_now"]["status"] == "failed" and "timeout after 30 s" in rows["hang_now"]["error"]
+    a, b = rows["dce,fold_constant"], rows["fold_constant,dce"]
+    assert a["status"] == b["status"] == "done" and a["class_id"] == b["class_id"] and a["median_ms"] > 0
+    assert len(runs) == 1 and runs[0][0] == a["run_id"] == b["run_id"]  # one class, measured once, no orphan
+    assert (tmp_path / "s" / "latency.png").read_bytes()[:8] == PNG

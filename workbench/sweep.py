@@ -40,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationError
 
@@ -75,6 +75,9 @@ class SweepSection(Strict):
     repeats: PositiveInt = 1
     timeout_s: PositiveFloat = 300
     workers: PositiveInt = 2
+    executor: Literal["local", "ray"] = Field(
+        default="local", description="local: a pool of worker processes; ray: one Ray task per task (extra `ray`)")
+    ray_address: str | None = Field(default=None, description="Ray cluster to join (default: start a local one)")
 
 
 class SweepFile(Strict):
@@ -623,7 +626,12 @@ def run_sweep(sweep: Sweep, base_dir: Path, *, workers: int | None = None, resum
                 progress.update(bar, description=f"{sweep.name}: {len(classes)} classes")
 
             progress.update(bar, description=f"{sweep.name}: pipelines")
-            run_tasks(pending, sweep, workers, base_dir, on_done)
+            if sweep.section.executor == "ray":
+                from workbench.sweep_ray import run_tasks_ray
+
+                run_tasks_ray(pending, sweep, workers, base_dir, on_done)
+            else:
+                run_tasks(pending, sweep, workers, base_dir, on_done)
             progress.update(bar, description=sweep.name)
         elapsed = time.monotonic() - started
         console.print(f"{len(todo)} variants in {elapsed:.1f} s ({len(todo) / elapsed * 60:.1f} variants/min); "
