@@ -204,6 +204,45 @@ def test_sigkill_then_resume_keeps_every_variant_exactly_once(tmp_path):
     assert orphans[0] == 0  # a run and the variants it measured are committed together, or not at all
 
 
+# ------------------------------------------------------------------------------------ concurrent writers
+
+
+def _sweep_writer(path, worker, start):
+    from tests.test_results import sample_result
+    from workbench.sweep import SweepStore, Variant
+
+    start.wait(60)  # both processes are up before either writes: the writes really overlap
+    store = SweepStore(path)
+    for i in range(15):  # a measured class of two variants (run + both rows in one transaction), then a failure
+        members = [Variant(f"w{worker}-{i}-{m}", i, 0, "dce", {}, {}) for m in range(2)]
+        store.record(members, "done", result=sample_result(f"w{worker}-{i}"), median_ms=1.0, class_id=f"c{i}")
+        store.record([Variant(f"w{worker}-{i}-failed", i, 0, "x", {}, {})], "failed", error="boom")
+    store.close()
+
+
+def test_two_sweeps_write_one_store_without_losing_rows(tmp_path):
+    import multiprocessing
+
+    path = tmp_path / "shared.sqlite"  # not created beforehand: both also race to make the schema
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(2)
+    writers = [context.Process(target=_sweep_writer, args=(path, w, start)) for w in range(2)]
+    for process in writers:
+        process.start()
+    for process in writers:
+        process.join(120)
+        assert process.exitcode == 0
+    with sqlite3.connect(path) as db:
+        variants = dict(db.execute("select id, run_id from sweep_variants").fetchall())
+        runs = dict(db.execute("select id, name from runs").fetchall())
+    assert len(variants) == 2 * 15 * 3 and len(runs) == 2 * 15
+    for w in range(2):
+        for i in range(15):
+            run_id = variants[f"w{w}-{i}-0"]
+            assert variants[f"w{w}-{i}-1"] == run_id and runs[run_id] == f"w{w}-{i}"
+            assert variants[f"w{w}-{i}-failed"] is None
+
+
 # ------------------------------------------------------------------------------------------- Ray executor
 
 
