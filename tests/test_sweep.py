@@ -204,6 +204,26 @@ def test_sigkill_then_resume_keeps_every_variant_exactly_once(tmp_path):
     assert orphans[0] == 0  # a run and the variants it measured are committed together, or not at all
 
 
+# ------------------------------------------------------------------------------------ what a worker reuses
+
+
+def test_worker_runs_reuse_baseline_builds_and_leave_the_store_to_the_parent(tmp_path):
+    from workbench.config import validate
+    from workbench.experiment import run_experiment
+
+    builds: dict = {}
+    results = []
+    for i, pipeline in enumerate(["fold_constant,dce", "fuse"]):
+        experiment = validate({**BASE, "pipeline": pipeline, "seed": i, "output": str(tmp_path / f"v{i}")}, "test")
+        results.append(run_experiment(experiment, tmp_path, store=False, baseline_builds=builds))
+    assert len(builds) == 1 and next(iter(builds))[0] == "tvm_unoptimized"  # compiled once for both runs
+    for result in results:
+        assert result["measurements"]["tvm_unoptimized"]["median_ms"] > 0 and "run_id" not in result
+        assert result["accuracy"]["workbench"]["ok"]
+    assert results[0]["kernels"]["tvm_unoptimized"] == results[1]["kernels"]["tvm_unoptimized"]
+    assert not (tmp_path / "results.sqlite").exists()
+
+
 # ------------------------------------------------------------------------------------ concurrent writers
 
 

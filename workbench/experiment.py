@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import tvm_ffi
 from rich.console import Console
 
 from workbench import pipeline_spec
@@ -57,17 +58,26 @@ def provenance(experiment: Experiment) -> dict:
     }
 
 
+def _baseline_build(label: str, imported, target, builds: dict | None):
+    """A TVM baseline's build; with `builds` (a sweep worker's dict), built once per (label, target, model)."""
+    recipe = build_tvm_default if label == "tvm_default" else build_lowered
+    if builds is None:
+        return recipe(imported, target)
+    key = (label, str(target), tvm_ffi.structural_hash(imported))
+    if key not in builds:
+        builds[key] = recipe(imported, target)
+    return builds[key]
+
+
 def _baseline_runner(label: str, canonical: onnx.ModelProto, imported, inputs: dict[str, np.ndarray],
-                     target, out_dir: Path) -> Runner:
+                     target, out_dir: Path, builds: dict | None = None) -> Runner:
     """Build the runner for one baseline label."""
     if label == "ort_all":
         return ort_runner(label, canonical, inputs, optimized_path=out_dir / "ort_all.optimized.onnx")
     if label == "ort_none":
         return ort_runner(label, canonical, inputs)
-    if label == "tvm_default":
-        return tvm_runner(label, build_tvm_default(imported, target), inputs, target)
-    if label == "tvm_unoptimized":
-        return tvm_runner(label, build_lowered(imported, target), inputs, target)
+    if label in ("tvm_default", "tvm_unoptimized"):
+        return tvm_runner(label, _baseline_build(label, imported, target, builds), inputs, target)
     raise ValueError(f"no runner for baseline {label!r}")
 
 
@@ -88,10 +98,12 @@ def _not_measured(note: str) -> dict:
 
 
 def run_experiment(experiment: Experiment, base_dir: Path, console: Console | None = None,
-                   dump_ir: Path | None = None, store: bool = True) -> dict:
+                   dump_ir: Path | None = None, store: bool = True, baseline_builds: dict | None = None) -> dict:
     """Run the experiment, write its files and (with `store`) its store row; return the result dict.
 
-    A sweep passes store=False: its parent process adds the row together with the variants it measures."""
+    A sweep passes store=False (its parent process adds the row together with the variants it measures)
+    and one `baseline_builds` dict for all runs of a worker: the TVM baselines are the same for every
+    variant, so they are compiled once per worker and measured afresh in each run."""
     console = console or Console(stderr=True)
     out_dir = _writable_output(experiment.output_dir(base_dir))
     target = make_target(experiment.target)
@@ -122,11 +134,12 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         result["passes"] = [vars(record) for record in records]
     with step(console, f"Building workbench for {target.kind.name}"):
         built = build_lowered(optimized, target)
-        built.export(out_dir / "workbench.so")
+        library = built.export(out_dir / "workbench.so")
 
-    runners = {WORKBENCH_LABEL: lambda: tvm_runner(WORKBENCH_LABEL, built, inputs, target)}
+    runners = {WORKBENCH_LABEL: lambda: tvm_runner(WORKBENCH_LABEL, built, inputs, target, library)}
     for label in experiment.baselines:
-        runners[label] = lambda label=label: _baseline_runner(label, canonical, imported, inputs, target, out_dir)
+        runners[label] = lambda label=label: _baseline_runner(label, canonical, imported, inputs, target, out_dir,
+                                                              baseline_builds)
 
     outputs: dict[str, list[np.ndarray]] = {}
     protocol = experiment.measure

@@ -40,10 +40,14 @@ def _flatten_tvm(value: object) -> list[np.ndarray]:
     return [array for item in value for array in _flatten_tvm(item)]
 
 
-def tvm_runner(label: str, built: Built, inputs: dict[str, np.ndarray], target: tvm.target.Target) -> Runner:
-    """Run `main` of a built module in the Relax VM on inputs given in graph-input order."""
+def tvm_runner(label: str, built: Built, inputs: dict[str, np.ndarray], target: tvm.target.Target,
+               library: Path | None = None) -> Runner:
+    """Run `main` of a built module in the Relax VM on inputs given in graph-input order.
+
+    With `library` (the build's exported .so) the VM loads it instead of JIT-compiling the executable,
+    which would emit the machine code a second time (about a second for a small CNN)."""
     device = device_for(target)
-    vm = relax.VirtualMachine(built.executable, device)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)) if library else built.executable, device)
     tensors = [tvm.runtime.tensor(array, device) for array in inputs.values()]
     return Runner(label, lambda: vm["main"](*tensors), _flatten_tvm, built.kernels, sync=device.sync)
 

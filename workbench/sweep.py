@@ -310,6 +310,7 @@ class VariantRunner:
                 self.plugin_error = f"plugin {module!r} failed to import: {exc.__class__.__name__}: {exc}"
         self.imported: dict[str, Any] = {}
         self.optimized: dict[str, Any] = {}  # ir_key -> (optimized module, pass records), until its run task
+        self.baseline_builds: dict = {}  # the TVM baselines, compiled once per process (run_experiment's cache)
 
     def __call__(self, kind: str, config: dict) -> tuple[str, Any]:
         """("ok", structural hash) for a "hash" task, ("ok", {"result", "median_ms"}) for a "run" task,
@@ -345,7 +346,8 @@ class VariantRunner:
             experiment_module.run_pipeline = lambda *_a, **_k: cached
         try:
             result = experiment_module.run_experiment(experiment, Path(self.setup.base_dir),
-                                                      console=Console(file=io.StringIO()), store=False)
+                                                      console=Console(file=io.StringIO()), store=False,
+                                                      baseline_builds=self.baseline_builds)
         finally:
             experiment_module.run_pipeline = original
         return {"result": result, "median_ms": result["measurements"]["workbench"].get("median_ms")}
