@@ -207,20 +207,23 @@ def test_sigkill_then_resume_keeps_every_variant_exactly_once(tmp_path):
 # ------------------------------------------------------------------------------------ what a worker reuses
 
 
-def test_worker_runs_reuse_baseline_builds_and_leave_the_store_to_the_parent(tmp_path):
+def test_worker_runs_reuse_builds_of_equal_ir_and_leave_the_store_to_the_parent(tmp_path):
     from workbench.config import validate
     from workbench.experiment import run_experiment
 
     builds: dict = {}
     results = []
-    for i, pipeline in enumerate(["fold_constant,dce", "fuse"]):
+    for i, pipeline in enumerate(["fold_constant,dce", "fuse", "fuse"]):  # the last: same IR, another seed
         experiment = validate({**BASE, "pipeline": pipeline, "seed": i, "output": str(tmp_path / f"v{i}")}, "test")
-        results.append(run_experiment(experiment, tmp_path, store=False, baseline_builds=builds))
-    assert len(builds) == 1 and next(iter(builds))[0] == "tvm_unoptimized"  # compiled once for both runs
-    for result in results:
+        results.append(run_experiment(experiment, tmp_path, store=False, builds=builds))
+    # tvm_unoptimized once for all three, the workbench build once per distinct optimized IR
+    assert sorted(key[0] for key in builds) == ["build_lowered"] * 3 + ["library"] * 2
+    for i, result in enumerate(results):
         assert result["measurements"]["tvm_unoptimized"]["median_ms"] > 0 and "run_id" not in result
         assert result["accuracy"]["workbench"]["ok"]
-    assert results[0]["kernels"]["tvm_unoptimized"] == results[1]["kernels"]["tvm_unoptimized"]
+        assert (tmp_path / f"v{i}" / "workbench.so").stat().st_size > 1000
+    assert (tmp_path / "v1" / "workbench.so").read_bytes() == (tmp_path / "v2" / "workbench.so").read_bytes()
+    assert results[1]["kernels"]["workbench"] == results[2]["kernels"]["workbench"]
     assert not (tmp_path / "results.sqlite").exists()
 
 

@@ -58,15 +58,30 @@ def provenance(experiment: Experiment) -> dict:
     }
 
 
-def _baseline_build(label: str, imported, target, builds: dict | None):
-    """A TVM baseline's build; with `builds` (a sweep worker's dict), built once per (label, target, model)."""
-    recipe = build_tvm_default if label == "tvm_default" else build_lowered
+def _cached(builds: dict | None, recipe, mod, target):
+    """`recipe(mod, target)`, or with `builds` (one dict for all runs of a sweep worker) the build made
+    before for a structurally equal module: equal IR and target compile to the same code."""
     if builds is None:
-        return recipe(imported, target)
-    key = (label, str(target), tvm_ffi.structural_hash(imported))
+        return recipe(mod, target)
+    key = (recipe.__name__, str(target), tvm_ffi.structural_hash(mod))
     if key not in builds:
-        builds[key] = recipe(imported, target)
+        builds[key] = recipe(mod, target)
     return builds[key]
+
+
+def _workbench_build(optimized, target, library: Path, builds: dict | None):
+    """Build the optimized module and export it to `library`; with `builds`, a structurally equal module's
+    build is reused and its library copied, not emitted again."""
+    built = _cached(builds, build_lowered, optimized, target)
+    key = ("library", str(target), tvm_ffi.structural_hash(optimized))
+    exported = builds.get(key) if builds is not None else None
+    if exported is not None and exported.is_file():
+        atomic_write_bytes(library, exported.read_bytes())
+    else:
+        built.export(library)
+        if builds is not None:
+            builds[key] = library
+    return built
 
 
 def _baseline_runner(label: str, canonical: onnx.ModelProto, imported, inputs: dict[str, np.ndarray],
@@ -77,7 +92,8 @@ def _baseline_runner(label: str, canonical: onnx.ModelProto, imported, inputs: d
     if label == "ort_none":
         return ort_runner(label, canonical, inputs)
     if label in ("tvm_default", "tvm_unoptimized"):
-        return tvm_runner(label, _baseline_build(label, imported, target, builds), inputs, target)
+        recipe = build_tvm_default if label == "tvm_default" else build_lowered
+        return tvm_runner(label, _cached(builds, recipe, imported, target), inputs, target)
     raise ValueError(f"no runner for baseline {label!r}")
 
 
@@ -98,12 +114,12 @@ def _not_measured(note: str) -> dict:
 
 
 def run_experiment(experiment: Experiment, base_dir: Path, console: Console | None = None,
-                   dump_ir: Path | None = None, store: bool = True, baseline_builds: dict | None = None) -> dict:
+                   dump_ir: Path | None = None, store: bool = True, builds: dict | None = None) -> dict:
     """Run the experiment, write its files and (with `store`) its store row; return the result dict.
 
     A sweep passes store=False (its parent process adds the row together with the variants it measures)
-    and one `baseline_builds` dict for all runs of a worker: the TVM baselines are the same for every
-    variant, so they are compiled once per worker and measured afresh in each run."""
+    and one `builds` dict for all runs of a worker: a TVM baseline, or an optimized module equal to one
+    built before (another seed, another repeat), is compiled once per worker and measured afresh in each run."""
     console = console or Console(stderr=True)
     out_dir = _writable_output(experiment.output_dir(base_dir))
     target = make_target(experiment.target)
@@ -133,13 +149,13 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         optimized, records = run_pipeline(imported, experiment.pipeline, target, dump_ir)
         result["passes"] = [vars(record) for record in records]
     with step(console, f"Building workbench for {target.kind.name}"):
-        built = build_lowered(optimized, target)
-        library = built.export(out_dir / "workbench.so")
+        library = out_dir / "workbench.so"
+        built = _workbench_build(optimized, target, library, builds)
 
     runners = {WORKBENCH_LABEL: lambda: tvm_runner(WORKBENCH_LABEL, built, inputs, target, library)}
     for label in experiment.baselines:
         runners[label] = lambda label=label: _baseline_runner(label, canonical, imported, inputs, target, out_dir,
-                                                              baseline_builds)
+                                                              builds)
 
     outputs: dict[str, list[np.ndarray]] = {}
     protocol = experiment.measure

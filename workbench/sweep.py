@@ -310,7 +310,7 @@ class VariantRunner:
                 self.plugin_error = f"plugin {module!r} failed to import: {exc.__class__.__name__}: {exc}"
         self.imported: dict[str, Any] = {}
         self.optimized: dict[str, Any] = {}  # ir_key -> (optimized module, pass records), until its run task
-        self.baseline_builds: dict = {}  # the TVM baselines, compiled once per process (run_experiment's cache)
+        self.builds: dict = {}  # compiled modules by IR, reused across this process's runs (run_experiment's cache)
 
     def __call__(self, kind: str, config: dict) -> tuple[str, Any]:
         """("ok", structural hash) for a "hash" task, ("ok", {"result", "median_ms"}) for a "run" task,
@@ -340,6 +340,8 @@ class VariantRunner:
 
         from workbench import experiment as experiment_module
 
+        if len(self.builds) > 32:  # bound the memory a long sweep's worker holds in compiled modules
+            self.builds.clear()
         original = experiment_module.run_pipeline
         cached = self.optimized.pop(_ir_key(config), None)
         if cached is not None:  # this process already ran the pipeline in phase 1: reuse it
@@ -347,7 +349,7 @@ class VariantRunner:
         try:
             result = experiment_module.run_experiment(experiment, Path(self.setup.base_dir),
                                                       console=Console(file=io.StringIO()), store=False,
-                                                      baseline_builds=self.baseline_builds)
+                                                      builds=self.builds)
         finally:
             experiment_module.run_pipeline = original
         return {"result": result, "median_ms": result["measurements"]["workbench"].get("median_ms")}
