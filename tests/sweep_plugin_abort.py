@@ -1,10 +1,12 @@
-"""Test-only plugin for `workbench sweep`: registers `abort_now`, a pass that kills its process with os.abort().
+"""Test-only plugin for `workbench sweep`: registers `abort_now`, a pass that kills its process with os.abort(),
+and `hang_now`, a pass that sleeps for ten minutes.
 
-Sweep workers import it via `plugins: [tests.sweep_plugin_abort]`; it proves a crash inside a pass fails only
-that variant.
+Sweep workers import it via `plugins: [tests.sweep_plugin_abort]`; it proves a crash or a hang inside a pass
+fails only that variant.
 """
 
 import os
+import time
 
 import tvm
 
@@ -19,3 +21,14 @@ def abort_now(_params) -> tvm.transform.Pass:
         os.abort()
 
     return tvm.transform.module_pass(run, opt_level=0, name="abort_now")
+
+
+@register("hang_now", "analysis")
+def hang_now(_params) -> tvm.transform.Pass:
+    """Test only: hang (simulates a pass that never returns)."""
+
+    def run(mod, _ctx):
+        time.sleep(600)
+        return mod
+
+    return tvm.transform.module_pass(run, opt_level=0, name="hang_now")

@@ -1,7 +1,8 @@
 """The bad-input corpus: every user mistake in tests/bad_inputs/ exits 2 with one readable message.
 
 Each corpus file says what the message must contain (`# expect: ...`) and, if needed, extra CLI
-arguments (`# args: ...`) and environment variables (`# env: NAME=VALUE ...`). Binary fixtures (broken model files, a .npy) are made here, so the corpus
+arguments (`# args: ...`), environment variables (`# env: NAME=VALUE ...`) and the verb when it is not `run`
+(`# verb: sweep`). Binary fixtures (broken model files, a .npy) are made here, so the corpus
 stays readable text.
 """
 
@@ -26,6 +27,11 @@ def _directives(path: Path) -> tuple[str, list[str], dict[str, str]]:
     args = next((shlex.split(line.split(":", 1)[1]) for line in lines if line.startswith("# args:")), [])
     env = next((shlex.split(line.split(":", 1)[1]) for line in lines if line.startswith("# env:")), [])
     return expect, args, dict(item.split("=", 1) for item in env)
+
+
+def _verb(path: Path) -> str:
+    return next((line.split(":", 1)[1].strip() for line in path.read_text().splitlines()
+                 if line.startswith("# verb:")), "run")
 
 
 def _lstm_model() -> onnx.ModelProto:
@@ -70,8 +76,11 @@ def test_bad_input_exits_2_with_a_readable_message(case, corpus_dir, monkeypatch
     monkeypatch.chdir(corpus_dir)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    code = main(["run", case.name, "--set", f"output={corpus_dir / 'runs' / case.stem}", *args]
-                if case.stem != "output_unwritable" else ["run", case.name, *args])
+    if _verb(case) != "run":
+        code = main([_verb(case), case.name, *args])
+    else:
+        code = main(["run", case.name, "--set", f"output={corpus_dir / 'runs' / case.stem}", *args]
+                    if case.stem != "output_unwritable" else ["run", case.name, *args])
     err = capsys.readouterr().err
     assert code == 2, err
     assert expect in " ".join(err.split()), err

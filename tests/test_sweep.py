@@ -194,8 +194,97 @@ def test_sigkill_then_resume_keeps_every_variant_exactly_once(tmp_path):
     with sqlite3.connect(store) as db:
         after = db.execute("select id, status, run_id from sweep_variants").fetchall()
         referenced = db.execute("select count(*) from runs where id in (select run_id from sweep_variants)").fetchone()
+        orphans = db.execute("select count(*) from runs where id not in (select run_id from sweep_variants"
+                             " where run_id is not null)").fetchone()
     ids = [row[0] for row in after]
     assert sorted(ids) == sorted(v.id for v in load_sweep(path, tmp_path).variants) and len(set(ids)) == 3
     assert all(status == "done" for _, status, _ in after)
     assert {i: r for i, _, r in after if i in before} == before  # committed rows kept, not re-measured
     assert referenced[0] == 3
+    assert orphans[0] == 0  # a run and the variants it measured are committed together, or not at all
+
+
+# ------------------------------------------------------------------------------------ what a worker reuses
+
+
+def test_worker_runs_reuse_builds_of_equal_ir_and_leave_the_store_to_the_parent(tmp_path):
+    from workbench.config import validate
+    from workbench.experiment import run_experiment
+
+    builds: dict = {}
+    results = []
+    for i, pipeline in enumerate(["fold_constant,dce", "fuse", "fuse"]):  # the last: same IR, another seed
+        experiment = validate({**BASE, "pipeline": pipeline, "seed": i, "output": str(tmp_path / f"v{i}")}, "test")
+        results.append(run_experiment(experiment, tmp_path, store=False, builds=builds))
+    # tvm_unoptimized once for all three, the workbench build once per distinct optimized IR
+    assert sorted(key[0] for key in builds) == ["build_lowered"] * 3 + ["library"] * 2
+    for i, result in enumerate(results):
+        assert result["measurements"]["tvm_unoptimized"]["median_ms"] > 0 and "run_id" not in result
+        assert result["accuracy"]["workbench"]["ok"]
+        assert (tmp_path / f"v{i}" / "workbench.so").stat().st_size > 1000
+    assert (tmp_path / "v1" / "workbench.so").read_bytes() == (tmp_path / "v2" / "workbench.so").read_bytes()
+    assert results[1]["kernels"]["workbench"] == results[2]["kernels"]["workbench"]
+    assert not (tmp_path / "results.sqlite").exists()
+
+
+# ------------------------------------------------------------------------------------ concurrent writers
+
+
+def _sweep_writer(path, worker, start):
+    from tests.test_results import sample_result
+    from workbench.sweep import SweepStore, Variant
+
+    start.wait(60)  # both processes are up before either writes: the writes really overlap
+    store = SweepStore(path)
+    for i in range(15):  # a measured class of two variants (run + both rows in one transaction), then a failure
+        members = [Variant(f"w{worker}-{i}-{m}", i, 0, "dce", {}, {}) for m in range(2)]
+        store.record(members, "done", result=sample_result(f"w{worker}-{i}"), median_ms=1.0, class_id=f"c{i}")
+        store.record([Variant(f"w{worker}-{i}-failed", i, 0, "x", {}, {})], "failed", error="boom")
+    store.close()
+
+
+def test_two_sweeps_write_one_store_without_losing_rows(tmp_path):
+    import multiprocessing
+
+    path = tmp_path / "shared.sqlite"  # not created beforehand: both also race to make the schema
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(2)
+    writers = [context.Process(target=_sweep_writer, args=(path, w, start)) for w in range(2)]
+    for process in writers:
+        process.start()
+    for process in writers:
+        process.join(120)
+        assert process.exitcode == 0
+    with sqlite3.connect(path) as db:
+        variants = dict(db.execute("select id, run_id from sweep_variants").fetchall())
+        runs = dict(db.execute("select id, name from runs").fetchall())
+    assert len(variants) == 2 * 15 * 3 and len(runs) == 2 * 15
+    for w in range(2):
+        for i in range(15):
+            run_id = variants[f"w{w}-{i}-0"]
+            assert variants[f"w{w}-{i}-1"] == run_id and runs[run_id] == f"w{w}-{i}"
+            assert variants[f"w{w}-{i}-failed"] is None
+
+
+# ------------------------------------------------------------------------------------------- Ray executor
+
+
+def test_ray_executor_same_store_crash_and_timeout(tmp_path):
+    """executor: ray on a local Ray instance (num_cpus=2): same variant function, same store and report;
+    an aborting variant and a hanging one (cancelled at the timeout) fail alone."""
+    pytest.importorskip("ray", reason="the `ray` extra is not installed (pip install -e '.[ray]')")
+    path = write_sweep(tmp_path, {"orderings": ["dce,fold_constant", "fold_constant,dce", "fold_constant,abort_now",
+                                                "hang_now"], "executor": "ray", "workers": 2, "timeout_s": 30},
+                       plugins=["tests.sweep_plugin_abort"])
+    assert main(["sweep", str(path)]) == 0
+    with sqlite3.connect(tmp_path / "s" / "results.sqlite") as db:
+        db.row_factory = sqlite3.Row
+        rows = {r["pipeline_text"]: dict(r) for r in db.execute("select * from sweep_variants")}
+        runs = db.execute("select id, pipeline_text from runs").fetchall()
+    assert rows["fold_constant,abort_now"]["status"] == "failed"
+    assert "WorkerCrashedError" in rows["fold_constant,abort_now"]["error"]
+    assert rows["hang_now"]["status"] == "failed" and "timeout after 30 s" in rows["hang_now"]["error"]
+    a, b = rows["dce,fold_constant"], rows["fold_constant,dce"]
+    assert a["status"] == b["status"] == "done" and a["class_id"] == b["class_id"] and a["median_ms"] > 0
+    assert len(runs) == 1 and runs[0][0] == a["run_id"] == b["run_id"]  # one class, measured once, no orphan
+    assert (tmp_path / "s" / "latency.png").read_bytes()[:8] == PNG

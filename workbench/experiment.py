@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import tvm_ffi
 from rich.console import Console
 
 from workbench import pipeline_spec
@@ -63,9 +64,35 @@ def provenance(experiment: Experiment) -> dict:
 TVM_LABELS = (WORKBENCH_LABEL, "tvm_default", "tvm_unoptimized")
 
 
-def _tvm_build(label: str, imported, target) -> Built:
+def _cached(builds: dict | None, recipe, mod, target):
+    """`recipe(mod, target)`, or with `builds` (one dict for all runs of a sweep worker) the build made
+    before for a structurally equal module: equal IR and target compile to the same code."""
+    if builds is None:
+        return recipe(mod, target)
+    key = (recipe.__name__, str(target), tvm_ffi.structural_hash(mod))
+    if key not in builds:
+        builds[key] = recipe(mod, target)
+    return builds[key]
+
+
+def _workbench_build(optimized, target, library: Path, builds: dict | None):
+    """Build the optimized module and export it to `library`; with `builds`, a structurally equal module's
+    build is reused and its library copied, not emitted again."""
+    built = _cached(builds, build_lowered, optimized, target)
+    key = ("library", str(target), tvm_ffi.structural_hash(optimized))
+    exported = builds.get(key) if builds is not None else None
+    if exported is not None and exported.is_file():
+        atomic_write_bytes(library, exported.read_bytes())
+    else:
+        built.export(library)
+        if builds is not None:
+            builds[key] = library
+    return built
+
+
+def _tvm_build(label: str, imported, target, builds: dict | None) -> Built:
     """Build one baseline TVM recipe (the workbench build is made before measuring starts)."""
-    return build_tvm_default(imported, target) if label == "tvm_default" else build_lowered(imported, target)
+    return _cached(builds, build_tvm_default if label == "tvm_default" else build_lowered, imported, target)
 
 
 @dataclass
@@ -87,9 +114,15 @@ def _tvm_place(experiment: Experiment, target) -> TvmPlace:
 
 def _runner(label: str, built: Built | None, canonical: onnx.ModelProto, inputs: dict[str, np.ndarray],
             target, place: TvmPlace, out_dir: Path) -> Runner:
-    """The runner for one label: TVM builds where `place` says, ONNX Runtime here."""
+    """The runner for one label: TVM builds where `place` says, IREE and ONNX Runtime here.
+
+    The workbench build runs from its exported library (already written); a baseline build is exported
+    only when it must travel to an RPC server."""
     if built is not None:
-        library = built.export(out_dir / f"{label}.so") if place.session is not None else None
+        if label == WORKBENCH_LABEL:
+            library = out_dir / "workbench.so"
+        else:
+            library = built.export(out_dir / f"{label}.so") if place.session is not None else None
         return tvm_runner(label, built, inputs, target, place.session, library)
     if label == "iree":
         return iree_runner(canonical, inputs, out_dir, target.kind.name, arch=target.attrs.get("arch"),
@@ -115,8 +148,12 @@ def _not_measured(note: str) -> dict:
 
 
 def run_experiment(experiment: Experiment, base_dir: Path, console: Console | None = None,
-                   dump_ir: Path | None = None) -> dict:
-    """Run the experiment, write its files and store row; return the result dict."""
+                   dump_ir: Path | None = None, store: bool = True, builds: dict | None = None) -> dict:
+    """Run the experiment, write its files and (with `store`) its store row; return the result dict.
+
+    A sweep passes store=False (its parent process adds the row together with the variants it measures)
+    and one `builds` dict for all runs of a worker: a TVM baseline, or an optimized module equal to one
+    built before (another seed, another repeat), is compiled once per worker and measured afresh in each run."""
     console = console or Console(stderr=True)
     out_dir = _writable_output(experiment.output_dir(base_dir))
     target = make_target(experiment.target)
@@ -147,8 +184,8 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         optimized, records = run_pipeline(imported, experiment.pipeline, target, dump_ir)
         result["passes"] = [vars(record) for record in records]
     with step(console, f"Building workbench for {target.kind.name}"):
-        built = build_lowered(optimized, target)
-        built.export(out_dir / "workbench.so")
+        library = out_dir / "workbench.so"
+        built = _workbench_build(optimized, target, library, builds)
 
     labels = [WORKBENCH_LABEL, *experiment.baselines, *(["ort_cuda"] if is_cuda(target) else [])]
     outputs: dict[str, list[np.ndarray]] = {}
@@ -156,7 +193,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     for label in labels:
         with step(console, f"Measuring {label} ({protocol.repeat} repeats)"):
             try:
-                tvm_build = (built if label == WORKBENCH_LABEL else _tvm_build(label, imported, target)) \
+                tvm_build = (built if label == WORKBENCH_LABEL else _tvm_build(label, imported, target, builds)) \
                     if label in TVM_LABELS else None
                 if tvm_build is not None:
                     result["kernels"][label] = tvm_build.kernels
@@ -190,6 +227,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     result["status"] = "complete"
     atomic_write_json(out_dir / "result.json", result)
     write_report(result, out_dir)
-    with ResultsStore(experiment.results_path(base_dir)) as store:
-        result["run_id"] = store.add(result)
+    if store:
+        with ResultsStore(experiment.results_path(base_dir)) as results:
+            result["run_id"] = results.add(result)
     return result

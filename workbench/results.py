@@ -123,8 +123,15 @@ class ResultsStore:
     def schema_version(self) -> int:
         return self.db.execute("PRAGMA user_version").fetchone()[0]
 
-    def add(self, result: dict) -> int:
-        """Store one result (both tables, one transaction: all or nothing); return its run id."""
+    def transaction(self):
+        """One write transaction, for callers that keep their own tables in this store (the sweep)."""
+        return self._transaction()
+
+    def add(self, result: dict, then: Callable[[int], object] | None = None) -> int:
+        """Store one result (both tables, one transaction: all or nothing); return its run id.
+
+        `then(run_id)` runs inside the same transaction: a sweep records the variants this run measured,
+        so a crash never leaves a run that no variant refers to."""
         blob = json.dumps(result, default=str)
         with self._transaction():
             cursor = self.db.execute(
@@ -137,6 +144,8 @@ class ResultsStore:
             run_id = cursor.lastrowid
             self.db.executemany("INSERT INTO measurements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                 [_measurement_row(run_id, label, result) for label in result["measurements"]])
+            if then is not None:
+                then(run_id)
         return run_id
 
     def get(self, run_id: int) -> dict:

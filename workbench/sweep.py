@@ -40,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationError
 
@@ -75,6 +75,9 @@ class SweepSection(Strict):
     repeats: PositiveInt = 1
     timeout_s: PositiveFloat = 300
     workers: PositiveInt = 2
+    executor: Literal["local", "ray"] = Field(
+        default="local", description="local: a pool of worker processes; ray: one Ray task per task (extra `ray`)")
+    ray_address: str | None = Field(default=None, description="Ray cluster to join (default: start a local one)")
 
 
 class SweepFile(Strict):
@@ -240,36 +243,131 @@ CREATE TABLE IF NOT EXISTS sweep_variants (
 
 
 class SweepStore:
+    """The sweep's table next to `runs` in one SQLite store; a measured run and the variants it stands for
+    are written in one transaction, so a kill at any moment leaves no run that no variant refers to."""
+
     def __init__(self, path: Path):
         from workbench.results import ResultsStore
 
-        ResultsStore(path).close()  # create the runs/measurements tables too, so joins always work
-        self.db = sqlite3.connect(path, timeout=60)
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA busy_timeout=60000")
-        with self.db:
-            self.db.executescript(SWEEP_SCHEMA)
+        self.results = ResultsStore(path)
+        self.db = self.results.db
+        with self.results.transaction():
+            self.db.execute(SWEEP_SCHEMA)
 
-    def record(self, variant: Variant, status: str, *, error: str | None = None, run_id: int | None = None,
-               structural_hash: str | None = None, class_id: str | None = None, representative: str | None = None,
-               median_ms: float | None = None, seconds: float | None = None) -> None:
-        with self.db:
-            self.db.execute(
+    def record(self, variants: list[Variant], status: str, *, result: dict | None = None, run_id: int | None = None,
+               **columns: Any) -> int | None:
+        """Record `variants` with one status; with `result`, first add that run and refer to it. Return the run id."""
+
+        def insert(run_id: int | None) -> None:
+            now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            self.db.executemany(
                 "INSERT OR REPLACE INTO sweep_variants VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (variant.id, variant.position, variant.repeat, variant.pipeline_text,
-                 json.dumps(variant.grid, sort_keys=True), status, error, run_id, structural_hash, class_id,
-                 representative, median_ms, seconds, datetime.now(timezone.utc).isoformat(timespec="seconds")))
+                [(v.id, v.position, v.repeat, v.pipeline_text, json.dumps(v.grid, sort_keys=True), status,
+                  columns.get("error"), run_id, columns.get("structural_hash"), columns.get("class_id"),
+                  columns.get("representative"), columns.get("median_ms"), columns.get("seconds"), now)
+                 for v in variants])
+
+        if result is not None:
+            return self.results.add(result, then=insert)
+        with self.results.transaction():
+            insert(run_id)
+        return run_id
 
     def rows(self) -> dict[str, dict]:
         return {row["id"]: dict(row) for row in self.db.execute("SELECT * FROM sweep_variants ORDER BY position")}
 
     def close(self) -> None:
-        self.db.close()
+        self.results.close()
 
 
 # ---------------------------------------------------------------------------------------------
-# workers
+# the variant function: what every executor runs for one task, in a worker process
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    plugins: tuple[str, ...]
+    paths: tuple[str, ...]  # put first on sys.path (the sweep file's folder, the working directory)
+    base_dir: str
+
+
+class VariantRunner:
+    """Runs the tasks of one sweep in this process and keeps what repeats across them (the imported model,
+    the optimized module of a phase-1 pipeline until its phase-2 run)."""
+
+    def __init__(self, setup: WorkerSetup):
+        import importlib
+
+        self.setup = setup
+        for p in reversed(setup.paths):
+            if p not in sys.path:
+                sys.path.insert(0, p)
+        self.plugin_error = None
+        for module in setup.plugins:
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # reported on every task: the user's plugin is broken
+                self.plugin_error = f"plugin {module!r} failed to import: {exc.__class__.__name__}: {exc}"
+        self.imported: dict[str, Any] = {}
+        self.optimized: dict[str, Any] = {}  # ir_key -> (optimized module, pass records), until its run task
+        self.builds: dict = {}  # compiled modules by IR, reused across this process's runs (run_experiment's cache)
+
+    def __call__(self, kind: str, config: dict) -> tuple[str, Any]:
+        """("ok", structural hash) for a "hash" task, ("ok", {"result", "median_ms"}) for a "run" task,
+        ("error", message) when the variant raises."""
+        import traceback
+
+        print(f"--- {datetime.now():%H:%M:%S} {kind} {config.get('output')} {config.get('pipeline')}", flush=True)
+        try:
+            if self.plugin_error:
+                raise UserError(self.plugin_error)
+            experiment = validate(config, "variant")
+            if kind == "hash":
+                value, optimized = _structural_hash(experiment, Path(self.setup.base_dir), self.imported)
+                self.optimized[_ir_key(config)] = optimized
+                while len(self.optimized) > 8:  # routed elsewhere or not a class representative: drop oldest
+                    self.optimized.pop(next(iter(self.optimized)))
+                return "ok", value
+            return "ok", self._run(experiment, config)
+        except BaseException as exc:  # noqa: BLE001 - everything a variant raises is its failure
+            traceback.print_exc()
+            return "error", f"{exc.__class__.__name__}: {exc}".strip()
+
+    def _run(self, experiment: Experiment, config: dict) -> dict:
+        import io
+
+        from rich.console import Console
+
+        from workbench import experiment as experiment_module
+
+        if len(self.builds) > 32:  # bound the memory a long sweep's worker holds in compiled modules
+            self.builds.clear()
+        original = experiment_module.run_pipeline
+        cached = self.optimized.pop(_ir_key(config), None)
+        if cached is not None:  # this process already ran the pipeline in phase 1: reuse it
+            experiment_module.run_pipeline = lambda *_a, **_k: cached
+        try:
+            result = experiment_module.run_experiment(experiment, Path(self.setup.base_dir),
+                                                      console=Console(file=io.StringIO()), store=False,
+                                                      builds=self.builds)
+        finally:
+            experiment_module.run_pipeline = original
+        return {"result": result, "median_ms": result["measurements"]["workbench"].get("median_ms")}
+
+
+_RUNNER: VariantRunner | None = None
+
+
+def run_variant_task(setup: WorkerSetup, kind: str, config: dict) -> tuple[str, Any]:
+    """The variant function both executors call (a worker process keeps one VariantRunner per sweep)."""
+    global _RUNNER
+    if _RUNNER is None or _RUNNER.setup != setup:
+        _RUNNER = VariantRunner(setup)
+    return _RUNNER(kind, config)
+
+
+# ---------------------------------------------------------------------------------------------
+# the local executor: a pool of worker processes
 
 
 def _die_with_parent() -> None:
@@ -284,8 +382,8 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker_main(conn, log_path: str, plugins: list[str], paths: list[str], base_dir: str) -> None:
-    """Worker loop: receive (kind, config) tasks, answer ("ok", value) or ("error", message)."""
+def _worker_main(conn, log_path: str, setup: WorkerSetup) -> None:
+    """Worker loop: receive (kind, config) tasks, answer with `run_variant_task`."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -293,57 +391,12 @@ def _worker_main(conn, log_path: str, plugins: list[str], paths: list[str], base
     os.dup2(log, 2)
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
-    for p in reversed(paths):
-        if p not in sys.path:
-            sys.path.insert(0, p)
-    import importlib
-    import io
-    import traceback
-
-    plugin_error = None
-    for module in plugins:
-        try:
-            importlib.import_module(module)
-        except Exception as exc:  # reported on every task: the user's plugin is broken
-            plugin_error = f"plugin {module!r} failed to import: {exc.__class__.__name__}: {exc}"
-    imported_cache: dict[str, Any] = {}
-    optimized_cache: dict[str, Any] = {}  # ir_key -> (optimized module, pass records), until its run task
     while True:
         try:
             kind, config = conn.recv()
         except (EOFError, OSError):
             return
-        print(f"--- {datetime.now():%H:%M:%S} {kind} {config.get('output')} {config.get('pipeline')}", flush=True)
-        try:
-            if plugin_error:
-                raise UserError(plugin_error)
-            experiment = validate(config, "variant")
-            if kind == "hash":
-                value, optimized = _structural_hash(experiment, Path(base_dir), imported_cache)
-                optimized_cache[_ir_key(config)] = optimized
-                while len(optimized_cache) > 8:  # routed elsewhere or not a class representative: drop oldest
-                    optimized_cache.pop(next(iter(optimized_cache)))
-            else:
-                from rich.console import Console
-
-                from workbench import experiment as experiment_module
-
-                original = experiment_module.run_pipeline
-                cached = optimized_cache.pop(_ir_key(config), None)
-                if cached is not None:  # this worker already ran the pipeline in phase 1: reuse it
-                    experiment_module.run_pipeline = lambda *_a, **_k: cached
-                try:
-                    result = experiment_module.run_experiment(experiment, Path(base_dir),
-                                                              console=Console(file=io.StringIO()))
-                finally:
-                    experiment_module.run_pipeline = original
-                ours = result["measurements"]["workbench"]
-                value = {"run_id": result["run_id"], "median_ms": ours.get("median_ms")}
-            answer = ("ok", value)
-        except BaseException as exc:  # noqa: BLE001 - everything a variant raises is its failure
-            traceback.print_exc()
-            answer = ("error", f"{exc.__class__.__name__}: {exc}".strip())
-        conn.send(answer)
+        conn.send(run_variant_task(setup, kind, config))
 
 
 def _ir_key(config: dict) -> str:
@@ -369,6 +422,10 @@ def _structural_hash(experiment: Experiment, base_dir: Path, cache: dict) -> tup
     return f"{tvm_ffi.structural_hash(optimized) & 0xFFFFFFFFFFFFFFFF:016x}", (optimized, records)
 
 
+def worker_setup(sweep: Sweep, base_dir: Path) -> WorkerSetup:
+    return WorkerSetup(tuple(sweep.plugins), (str(sweep.path.parent.resolve()), str(base_dir)), str(base_dir))
+
+
 def _signal_name(code: int | None) -> str:
     if code is None or code >= 0:
         return f"exit code {code}"
@@ -384,9 +441,8 @@ class _Worker:
         logs = sweep.output / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         self.log = logs / f"worker-{index}.log"
-        paths = [str(sweep.path.parent.resolve()), str(base_dir)]
         self.process = ctx.Process(target=_worker_main, daemon=True, name=f"workbench-sweep-{index}",
-                                   args=(child, str(self.log), sweep.plugins, paths, str(base_dir)))
+                                   args=(child, str(self.log), worker_setup(sweep, base_dir)))
         self.process.start()
         child.close()
         self.task: tuple | None = None
@@ -521,51 +577,65 @@ def run_sweep(sweep: Sweep, base_dir: Path, *, workers: int | None = None, resum
             classes: dict[tuple[str, int], dict] = {}  # -> {members, done: None | (ok, value), started}
             pending: deque = deque((k, "hash", vs[0].config, None) for k, vs in by_ir.items())
 
-            def record_member(v: Variant, key: tuple[str, int], state: dict) -> None:
+            def record_members(members: list[Variant], key: tuple[str, int], state: dict,
+                               result: dict | None = None) -> None:
+                """Record members of a measured class; with `result`, add that run in the same transaction."""
                 ok, value = state["done"]
-                common = dict(structural_hash=state["hash"], class_id=key[0], representative=state["members"][0].id)
+                common = dict(structural_hash=state["hash"], class_id=key[0], representative=state["representative"],
+                              seconds=state.get("seconds"))
                 if ok:
-                    store.record(v, "done", run_id=value["run_id"], median_ms=value["median_ms"],
-                                 seconds=state.get("seconds"), **common)
+                    value["run_id"] = store.record(members, "done", result=result, run_id=value["run_id"],
+                                                   median_ms=value["median_ms"], **common)
                 else:
-                    store.record(v, "failed", error=value, seconds=state.get("seconds"), **common)
-                finish(v, ok)
+                    store.record(members, "failed", error=value, **common)
+                for v in members:
+                    finish(v, ok)
 
-            def on_done(key: Any, ok: bool, value: Any, worker: int) -> None:
+            def on_done(key: Any, ok: bool, value: Any, worker: int | None) -> None:
                 if isinstance(key, str):  # a hash task
                     if not ok:
+                        store.record(by_ir[key], "failed", error=value)
                         for v in by_ir[key]:
-                            store.record(v, "failed", error=value)
                             finish(v, False)
                         return
                     for v in by_ir[key]:
                         ckey = (_digest([value, v.setting_key])[:12], v.repeat)
                         state = classes.get(ckey)
                         if state is None:
-                            state = classes[ckey] = {"members": [v], "done": None, "hash": value}
+                            state = classes[ckey] = {"members": [v], "done": None, "hash": value,
+                                                     "representative": v.id}
                             if ckey in reuse:  # measured before an interruption: record, do not re-measure
                                 r = reuse[ckey]
                                 state["done"] = (True, {"run_id": r["run_id"], "median_ms": r["median_ms"]})
-                                state["members"].insert(0, Variant(r["representative"], 0, 0, "", {}, {}))
-                                record_member(v, ckey, state)
+                                state["representative"] = r["representative"]
+                                record_members([v], ckey, state)
                             else:
                                 state["started"] = time.monotonic()
                                 pending.append((ckey, "run", v.config, worker))
                         else:
                             state["members"].append(v)
                             if state["done"] is not None:
-                                record_member(v, ckey, state)
+                                record_members([v], ckey, state)
                     return
                 state = classes[key]
-                state["done"], state["seconds"] = (ok, value), time.monotonic() - state["started"]
-                if ok and value["median_ms"] is not None:
-                    best[0] = value["median_ms"] if best[0] is None else min(best[0], value["median_ms"])
-                for v in state["members"]:
-                    record_member(v, key, state)
+                state["seconds"] = time.monotonic() - state["started"]
+                if ok:
+                    state["done"] = (True, {"run_id": None, "median_ms": value["median_ms"]})
+                    if value["median_ms"] is not None:
+                        best[0] = value["median_ms"] if best[0] is None else min(best[0], value["median_ms"])
+                    record_members(state["members"], key, state, result=value["result"])
+                else:
+                    state["done"] = (False, value)
+                    record_members(state["members"], key, state)
                 progress.update(bar, description=f"{sweep.name}: {len(classes)} classes")
 
             progress.update(bar, description=f"{sweep.name}: pipelines")
-            run_tasks(pending, sweep, workers, base_dir, on_done)
+            if sweep.section.executor == "ray":
+                from workbench.sweep_ray import run_tasks_ray
+
+                run_tasks_ray(pending, sweep, workers, base_dir, on_done)
+            else:
+                run_tasks(pending, sweep, workers, base_dir, on_done)
             progress.update(bar, description=sweep.name)
         elapsed = time.monotonic() - started
         console.print(f"{len(todo)} variants in {elapsed:.1f} s ({len(todo) / elapsed * 60:.1f} variants/min); "
