@@ -118,9 +118,22 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     with step(console, f"Running pipeline [bold]{result['pipeline_text'] or '(empty)'}[/]"):
         optimized, records = run_pipeline(imported, experiment.pipeline, target, dump_ir)
         result["passes"] = [vars(record) for record in records]
-    with step(console, f"Building workbench for {target.kind.name}"):
-        built = build_lowered(optimized, target)
+    database = None
+    if experiment.tuning is not None:
+        if experiment.tuning.tune:
+            from workbench.tune_run import tune_optimized
+
+            result["tuning_trials"] = [r.as_dict() for r in tune_optimized(optimized, target, experiment, base_dir,
+                                                                            console)]
+        from workbench.tune import open_database
+
+        database = open_database(experiment.database_dir(base_dir), create=False)
+    with step(console, f"Building workbench for {target.kind.name}"
+                       + (" with tuned schedules" if database is not None else "")):
+        built = build_lowered(optimized, target, database)
         built.export(out_dir / "workbench.so")
+        if built.tuning is not None:
+            result["tuning"] = {"database": str(experiment.database_dir(Path())), **built.tuning}
 
     runners = {WORKBENCH_LABEL: lambda: tvm_runner(WORKBENCH_LABEL, built, inputs, target)}
     for label in experiment.baselines:
