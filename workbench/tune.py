@@ -15,8 +15,8 @@ Choices that are not MetaSchedule's defaults, and why:
   round here, which dominates small budgets.
 - Importing `tvm.s_tir.tensor_intrin` costs ~50 s here (it parses every tensor intrinsic). MetaSchedule
   does it in every TuneContext and, by default, in every fresh builder worker (so builds time out).
-  The builder's `f_build` is `workbench_build`, which skips it; and for targets whose default rules use
-  no tensor intrinsic (generic llvm, cuda without tensor-core rules) the contexts are made without it.
+  The builder's `f_build` is `workbench_build`, which skips it; and for generic x86-64 llvm, whose
+  default rules use no tensor intrinsic, the contexts are made without it (cuda still pays it once).
 - JSONDatabase appends each record as its batch is measured, so Ctrl-C or a kill loses only the batch
   being measured (a record line cut short by a kill is dropped when the database is opened again).
 - A task whose search space is used up (MetaSchedule finds no new candidate, e.g. a reshape with one
@@ -255,23 +255,11 @@ def plan(tasks: list[ms.ExtractedTask], database: ms.database.Database, database
                        exhausted=_workload_key(t.dispatched[0]) in exhausted) for t in tasks]
 
 
-def _contexts(tasks: list[ms.ExtractedTask], log_dir: Path, num_cores: int, seed: int) -> list[ms.TuneContext]:
-    """One TuneContext per task, like `extracted_tasks_to_tune_contexts` but with our search population."""
-    loggers = ms.logging.get_loggers_from_work_dir(str(log_dir), [t.task_name for t in tasks])
-    contexts = []
-    for task, logger, rand_state in zip(tasks, loggers, ms.utils.fork_seed(seed, n=len(tasks))):
-        with _tensor_intrinsics_if_needed(task.target):
-            contexts.append(ms.TuneContext(
-                mod=task.dispatched[0], target=task.target, space_generator="post-order-apply",
-                search_strategy=ms.search_strategy.EvolutionarySearch(population_size=POPULATION_SIZE),
-                task_name=task.task_name, logger=logger, rand_state=rand_state, num_threads=num_cores).clone())
-    return contexts
-
-
 def _needs_tensor_intrinsics(target: tvm.target.Target) -> bool:
-    """x86 avx512/vnni and ARM rule sets use tensor intrinsics; generic x86-64 (no mcpu/mattr) and cuda do not."""
+    """Only generic x86-64 (no mcpu/mattr) has default rules without tensor intrinsics (cuda uses wmma, x86
+    avx512/vnni, ARM dot products)."""
     if target.kind.name != "llvm":
-        return False
+        return True
     triple = str(target.attrs.get("mtriple", "x86_64"))
     return "mcpu" in target.attrs or "mattr" in target.attrs or not triple.startswith("x86_64")
 
@@ -290,13 +278,34 @@ def _tensor_intrinsics_if_needed(target: tvm.target.Target) -> Iterator[None]:
         del sys.modules[name]
 
 
+def tune_context(task: ms.ExtractedTask, num_cores: int, search_strategy: ms.search_strategy.SearchStrategy | str,
+                 logger: logging.Logger | None = None, rand_state: int = -1) -> ms.TuneContext:
+    """A TuneContext for one task with MetaSchedule's default rules for its target (tensor_intrin only if used)."""
+    with _tensor_intrinsics_if_needed(task.target):
+        return ms.TuneContext(mod=task.dispatched[0], target=task.target, space_generator="post-order-apply",
+                              search_strategy=search_strategy, task_name=task.task_name, logger=logger,
+                              rand_state=rand_state, num_threads=num_cores).clone()
+
+
+def _contexts(tasks: list[ms.ExtractedTask], log_dir: Path, num_cores: int, seed: int) -> list[ms.TuneContext]:
+    """One TuneContext per task, like `extracted_tasks_to_tune_contexts` but with our search population."""
+    loggers = ms.logging.get_loggers_from_work_dir(str(log_dir), [t.task_name for t in tasks])
+    return [tune_context(task, num_cores, ms.search_strategy.EvolutionarySearch(population_size=POPULATION_SIZE),
+                         logger, rand_state)
+            for task, logger, rand_state in zip(tasks, loggers, ms.utils.fork_seed(seed, n=len(tasks)))]
+
+
 Progress = Callable[[TaskResult], None]  # called when a task starts, after each measured batch, when it ends
 
 
 def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config: TuningConfig,
                database_dir: Path, log_dir: Path, progress: Progress | None = None,
                cost_model: ms.cost_model.CostModel | None = None) -> list[TaskResult]:
-    """Tune each task up to its budget (skipping those already there), never past `config.trials` in all."""
+    """Tune each task up to its budget (skipping those already there), never past `config.trials` in all.
+
+    Trials already in the database count toward both budgets, so a rerun with the same config only
+    finishes what an interrupted run left (and measures nothing when the first run completed).
+    """
     target = tuning_target(target)
     num_cores = int(target.attrs["num-cores"]) if "num-cores" in target.attrs else ms.utils.cpu_count(logical=False)
     database = open_database(database_dir, create=True)
@@ -306,7 +315,7 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
     cost_model = cost_model or make_cost_model(config, num_cores)
     contexts = _contexts(tasks, log_dir, num_cores, config.seed)
     quiet_metaschedule()
-    left = config.trials
+    left = config.trials - sum(min(r.trials_before, r.budget) for r in results)  # `trials` counts the database too
     report = progress or (lambda _result: None)
     for task, context, result in zip(tasks, contexts, results):
         want = 0 if result.exhausted else min(result.budget - result.trials_before, left)
