@@ -96,8 +96,9 @@ def test_second_tune_with_the_same_budget_measures_nothing_and_run_applies_the_d
     assert record_lines(tuned["database"]) == before
     assert "Measured 0 new trials" in capsys.readouterr().out
 
-    assert main(["run", str(config)]) == 0
+    assert main(["run", str(config), "--set", "tuning.tune=true"]) == 0  # tunes first: resumes, measures nothing
     result = json.loads((tuned["folder"] / "run" / "result.json").read_text())
+    assert [t["trials_run"] for t in result["tuning_trials"]] == [0] * 10
     assert result["tuning"]["covered"] == [tuned["results"][0].name]
     assert len(result["tuning"]["fallback"]) == 9 and result["accuracy"]["workbench"]["ok"]
 

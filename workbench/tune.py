@@ -15,8 +15,9 @@ Choices that are not MetaSchedule's defaults, and why:
   round here, which dominates small budgets.
 - Importing `tvm.s_tir.tensor_intrin` costs ~50 s here (it parses every tensor intrinsic). MetaSchedule
   does it in every TuneContext and, by default, in every fresh builder worker (so builds time out).
-  The builder's `f_build` is `workbench_build`, which skips it; and for generic x86-64 llvm, whose
-  default rules use no tensor intrinsic, the contexts are made without it (cuda still pays it once).
+  The builder's `f_build` is `workbench_build`, which skips it; and where the rules use no tensor
+  intrinsic (generic x86-64 llvm; fp32 kernels on cuda, which get the plain CUDA rules instead of the
+  tensor-core ones MetaSchedule picks for sm_70+) the contexts are made without it.
 - JSONDatabase appends each record as its batch is measured, so Ctrl-C or a kill loses only the batch
   being measured (a record line cut short by a kill is dropped when the database is opened again).
 - A task whose search space is used up (MetaSchedule finds no new candidate, e.g. a reshape with one
@@ -255,9 +256,26 @@ def plan(tasks: list[ms.ExtractedTask], database: ms.database.Database, database
                        exhausted=_workload_key(t.dispatched[0]) in exhausted) for t in tasks]
 
 
-def _needs_tensor_intrinsics(target: tvm.target.Target) -> bool:
-    """Only generic x86-64 (no mcpu/mattr) has default rules without tensor intrinsics (cuda uses wmma, x86
-    avx512/vnni, ARM dot products)."""
+def _low_precision(task: ms.ExtractedTask) -> bool:
+    """Does the kernel read or write fp16/bf16/int8 buffers (the only ones tensor cores would take)?"""
+    text = task.dispatched[0].script()  # PrimFunc exposes no buffer map in 0.27; dtypes appear quoted
+    return any(f'"{dtype}"' in text for dtype in ("float16", "bfloat16", "int8", "uint8"))
+
+
+def _space_generator(task: ms.ExtractedTask) -> ms.space_generator.SpaceGenerator | str:
+    """CUDA: MetaSchedule picks tensor-core (wmma) rules for sm_70+; only low-precision kernels can use them,
+    so fp32 kernels get the plain CUDA rules (which also spares the ~50 s tensor_intrin import)."""
+    if task.target.kind.name == "cuda" and not _low_precision(task):
+        return ms.space_generator.PostOrderApply(sch_rules="cuda", postprocs="cuda", mutator_probs="cuda")
+    return "post-order-apply"
+
+
+def _needs_tensor_intrinsics(task: ms.ExtractedTask) -> bool:
+    """Generic x86-64 (no mcpu/mattr) and fp32 CUDA kernels have rules without tensor intrinsics; x86
+    avx512/vnni, ARM dot products and CUDA tensor cores use them."""
+    target = task.target
+    if target.kind.name == "cuda":
+        return _low_precision(task)
     if target.kind.name != "llvm":
         return True
     triple = str(target.attrs.get("mtriple", "x86_64"))
@@ -265,10 +283,10 @@ def _needs_tensor_intrinsics(target: tvm.target.Target) -> bool:
 
 
 @contextmanager
-def _tensor_intrinsics_if_needed(target: tvm.target.Target) -> Iterator[None]:
-    """Let TuneContext's `import tvm.s_tir.tensor_intrin` be a no-op when the target's rules use none."""
+def _tensor_intrinsics_if_needed(task: ms.ExtractedTask) -> Iterator[None]:
+    """Let TuneContext's `import tvm.s_tir.tensor_intrin` be a no-op when the task's rules use none."""
     name = "tvm.s_tir.tensor_intrin"
-    if name in sys.modules or _needs_tensor_intrinsics(target):
+    if name in sys.modules or _needs_tensor_intrinsics(task):
         yield
         return
     sys.modules[name] = types.ModuleType(name)
@@ -281,8 +299,8 @@ def _tensor_intrinsics_if_needed(target: tvm.target.Target) -> Iterator[None]:
 def tune_context(task: ms.ExtractedTask, num_cores: int, search_strategy: ms.search_strategy.SearchStrategy | str,
                  logger: logging.Logger | None = None, rand_state: int = -1) -> ms.TuneContext:
     """A TuneContext for one task with MetaSchedule's default rules for its target (tensor_intrin only if used)."""
-    with _tensor_intrinsics_if_needed(task.target):
-        return ms.TuneContext(mod=task.dispatched[0], target=task.target, space_generator="post-order-apply",
+    with _tensor_intrinsics_if_needed(task):
+        return ms.TuneContext(mod=task.dispatched[0], target=task.target, space_generator=_space_generator(task),
                               search_strategy=search_strategy, task_name=task.task_name, logger=logger,
                               rand_state=rand_state, num_threads=num_cores).clone()
 
