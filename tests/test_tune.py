@@ -103,22 +103,28 @@ def test_second_tune_with_the_same_budget_measures_nothing_and_run_applies_the_d
     assert len(result["tuning"]["fallback"]) == 9 and result["accuracy"]["workbench"]["ok"]
 
 
+def start_tune_and_wait_for_records(config: Path, database: Path) -> subprocess.Popen:
+    """`workbench tune` in a subprocess, returned once its first measured records are in the database."""
+    env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "tune", str(config)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not record_lines(database) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not record_lines(database):
+        proc.kill()
+        proc.wait()
+        pytest.fail("no record landed before the deadline")
+    return proc
+
+
 @pytest.mark.slow
 def test_database_survives_sigkill_and_the_next_tune_resumes(tmp_path):
     database = tmp_path / "db"
     config = write_config(tmp_path, database, trials=8, trials_per_task=8, trials_per_iter=4)
-    env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "tune", str(config)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 240
-        while not record_lines(database) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert record_lines(database), "no record landed before the deadline"
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = start_tune_and_wait_for_records(config, database)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
     kept = record_lines(database)
     assert 1 <= len(kept) < 8  # the first batch (4) landed, the kill came before the budget was reached
 
@@ -126,6 +132,17 @@ def test_database_survives_sigkill_and_the_next_tune_resumes(tmp_path):
     after = record_lines(database)
     assert after[:len(kept)] == kept  # nothing lost, nothing rewritten
     assert len(after) == 8  # resumed: only the trials the killed run had not measured
+
+
+@pytest.mark.slow
+def test_ctrl_c_exits_130_and_keeps_the_records(tmp_path):
+    database = tmp_path / "db"
+    config = write_config(tmp_path, database, trials=8, trials_per_task=8, trials_per_iter=2)
+    proc = start_tune_and_wait_for_records(config, database)
+    kept = record_lines(database)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130  # an interruption, not an internal error
+    assert record_lines(database)[:len(kept)] == kept
 
 
 @pytest.mark.slow

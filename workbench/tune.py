@@ -29,7 +29,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import signal
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -313,6 +315,31 @@ def _contexts(tasks: list[ms.ExtractedTask], log_dir: Path, num_cores: int, seed
             for task, logger, rand_state in zip(tasks, loggers, ms.utils.fork_seed(seed, n=len(tasks)))]
 
 
+@contextmanager
+def _interrupts_stay_interrupts() -> Iterator[None]:
+    """Ctrl-C inside MetaSchedule's C++ loop comes back out of the FFI as a RuntimeError; make it a
+    KeyboardInterrupt again so the CLI reports an interruption (exit 130), not an internal error."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    interrupted = False
+
+    def on_sigint(_signum, _frame) -> None:
+        nonlocal interrupted
+        interrupted = True
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    except Exception as exc:
+        if interrupted:
+            raise KeyboardInterrupt from exc
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 Progress = Callable[[TaskResult], None]  # called when a task starts, after each measured batch, when it ends
 
 
@@ -344,14 +371,16 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
                 result.best_us = best_latency_us(database, task.dispatched[0])
                 report(result)
 
-            ms.tune.tune_tasks(
-                tasks=[context], task_weights=[float(task.weight)], work_dir=str(log_dir),
-                max_trials_global=want, max_trials_per_task=want,
-                num_trials_per_iter=min(config.trials_per_iter, want),
-                builder=builder, runner=runner, database=database, cost_model=cost_model,
-                measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), _ProgressCallback(measured)],
-                task_scheduler="round-robin",
-            )
+            with _interrupts_stay_interrupts():
+                ms.tune.tune_tasks(
+                    tasks=[context], task_weights=[float(task.weight)], work_dir=str(log_dir),
+                    max_trials_global=want, max_trials_per_task=want,
+                    num_trials_per_iter=min(config.trials_per_iter, want),
+                    builder=builder, runner=runner, database=database, cost_model=cost_model,
+                    measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
+                                       _ProgressCallback(measured)],
+                    task_scheduler="round-robin",
+                )
             left -= result.trials_run
             if result.trials_run < want:  # the search found nothing new to measure: the space is used up
                 result.exhausted = True
