@@ -106,6 +106,12 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         "provenance": provenance(experiment),
     }
 
+    database = None
+    if experiment.tuning is not None:  # MetaSchedule is imported only by runs that use it
+        from workbench.tune import open_database
+
+        if not experiment.tuning.tune:  # a missing database is reported before any long work
+            database = open_database(experiment.database_dir(base_dir), create=False)
     with step(console, f"Loading {experiment.model.source}"):
         source_model = resolve_source(experiment.model.source, base_dir, experiment.model.cache_dir)
         canonical = canonicalize(source_model, input_specs(experiment.model, base_dir))
@@ -118,15 +124,11 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     with step(console, f"Running pipeline [bold]{result['pipeline_text'] or '(empty)'}[/]"):
         optimized, records = run_pipeline(imported, experiment.pipeline, target, dump_ir)
         result["passes"] = [vars(record) for record in records]
-    database = None
-    if experiment.tuning is not None:
-        if experiment.tuning.tune:
-            from workbench.tune_run import tune_optimized
+    if experiment.tuning is not None and experiment.tuning.tune:
+        from workbench.tune_run import tune_optimized
 
-            result["tuning_trials"] = [r.as_dict() for r in tune_optimized(optimized, target, experiment, base_dir,
-                                                                            console)]
-        from workbench.tune import open_database
-
+        result["tuning_trials"] = [r.as_dict() for r in tune_optimized(optimized, target, experiment, base_dir,
+                                                                        console)]
         database = open_database(experiment.database_dir(base_dir), create=False)
     with step(console, f"Building workbench for {target.kind.name}"
                        + (" with tuned schedules" if database is not None else "")):
