@@ -219,19 +219,15 @@ def make_builder(num_cores: int) -> ms.builder.Builder:
 
 @derived_object
 class _ProgressCallback(ms.measure_callback.PyMeasureCallback):
-    """Reports each measured batch (how many candidates, their best run time) to a Python function."""
+    """Tells a Python function how many candidates each batch measured (after they reached the database)."""
 
-    def __init__(self, report: Callable[[int, float | None], None]) -> None:
+    def __init__(self, report: Callable[[int], None]) -> None:
         super().__init__()
         self.report = report
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
-        times = []
-        for result in runner_results:
-            if result.error_msg is None and result.run_secs:
-                times.append(min(float(s) for s in result.run_secs))
         if runner_results:
-            self.report(len(runner_results), min(times) if times else None)
+            self.report(len(runner_results))
 
 
 def quiet_metaschedule() -> None:
@@ -366,9 +362,9 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
         want = 0 if result.exhausted else min(result.budget - result.trials_before, left)
         report(result)
         if want > 0:
-            def measured(count: int, _best: float | None, result: TaskResult = result) -> None:
+            def measured(count: int, result: TaskResult = result, task_mod: tvm.IRModule = task.dispatched[0]) -> None:
                 result.trials_run += count
-                result.best_us = best_latency_us(database, task.dispatched[0])
+                result.best_us = best_latency_us(database, task_mod)
                 report(result)
 
             with _interrupts_stay_interrupts():
