@@ -5,13 +5,20 @@ graph-level work before it. The tail is TVM's backend for the target kind (cpu_g
 cuda for cuda); on cuda it also gives every kernel a GPU schedule (dlight's default rules) unless
 one is scheduled already (`tirx.is_scheduled`, e.g. from a tuned database), and a module marked by
 the `cuda_graph` pass gets TVM's CUDA-graph rewrite.
+A tuned schedule database (MetaSchedule) is applied to the workbench build as one separate step
+right after legalization, for any target; kernels it has no record for keep the default schedule.
 - `workbench`: the configured pipeline already ran; legalize what is left, then lower;
 - `tvm_default`: TVM's own default pipeline for the target (legalize, fold, fuse, lower);
 - `tvm_unoptimized`: legalize only, no folding or fusion, then lower.
+
+A tuned schedule database (MetaSchedule) is applied to the workbench build as one separate step
+right after legalization, for any target; kernels it has no record for keep the default schedule.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +35,7 @@ class Built:
     executable: tvm.runtime.Executable
     lowered: tvm.IRModule
     kernels: int
+    tuning: dict | None = None  # {"covered": [...], "fallback": [...]} kernel names, when a database was applied
 
     def export(self, path: Path) -> Path:
         """Write the compiled library (.so) so the build can be loaded again without recompiling."""
@@ -41,6 +49,10 @@ class Built:
 CUDA_GRAPH_ATTR = "workbench.cuda_graph"  # module attr set by the `cuda_graph` pass
 
 
+def _backend(target: tvm.target.Target):
+    return cuda_backend if target.kind.name == "cuda" else cpu_generic
+
+
 def _schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     """GPU kernels need a thread binding: dlight's default rules (the ones TVM's cuda pipeline uses)
     schedule every PrimFunc not already scheduled; CPU kernels need none."""
@@ -52,31 +64,62 @@ def _schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
                                     dl.gpu.Fallback())]
 
 
-def _lowering_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
-    """Legalize remaining high-level ops, schedule GPU kernels, then TVM's dataflow lowering and VM finalization."""
-    backend = cuda_backend if target.kind.name == "cuda" else cpu_generic
-    return (
-        backend.library_dispatch_passes(target)
-        + [relax.transform.LegalizeOps()]
-        + _schedule_passes(target)
-        + backend.dataflow_lower_passes(target)
-        + backend.finalize_passes(target)
-    )
+def _legalize_passes(target: tvm.target.Target, tuned: bool) -> list[tvm.transform.Pass]:
+    """Library dispatch, legalize what is left to TIR, and (with a database) apply its tuned schedules."""
+    return (_backend(target).library_dispatch_passes(target) + [relax.transform.LegalizeOps()]
+            + ([relax.transform.MetaScheduleApplyDatabase()] if tuned else []))
 
 
-def _compile(mod: tvm.IRModule, target: tvm.target.Target, passes: tvm.transform.Pass) -> Built:
+def _tail_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
+    """Schedule GPU kernels the database did not cover, then TVM's dataflow lowering and VM finalization."""
+    backend = _backend(target)
+    return _schedule_passes(target) + backend.dataflow_lower_passes(target) + backend.finalize_passes(target)
+
+
+def _lowering_passes(target: tvm.target.Target, tuned: bool = False) -> list[tvm.transform.Pass]:
+    """Every pass from a pipeline's output to a module `tvm.compile` can take (the analysis passes lower copies)."""
+    return _legalize_passes(target, tuned) + _tail_passes(target)
+
+
+def tuning_coverage(scheduled: tvm.IRModule) -> dict:
+    """Which kernels got a schedule from the database (MetaSchedule marks them) and which kept the default.
+
+    Read right after the database is applied, before dlight marks GPU kernels scheduled too."""
+    kernels = {gv.name_hint: func for gv, func in scheduled.functions.items() if isinstance(func, tvm.tirx.PrimFunc)}
+    covered = sorted(name for name, func in kernels.items() if func.attrs and func.attrs.get("tirx.is_scheduled"))
+    return {"covered": covered, "fallback": sorted(set(kernels) - set(covered))}
+
+
+@contextmanager
+def _build_context(mod: tvm.IRModule, target: tvm.target.Target, database=None) -> Iterator[None]:
+    """Target, tuned database (if any) and pass options (the `cuda_graph` pass's mark) for lowering `mod`."""
     cuda_graph = bool(mod.attrs and mod.attrs.get(CUDA_GRAPH_ATTR))
-    with target, tvm.transform.PassContext(opt_level=3, config={"relax.backend.use_cuda_graph": cuda_graph}):
-        lowered = passes(mod)
+    with target, database if database is not None else nullcontext(), \
+            tvm.transform.PassContext(opt_level=3, config={"relax.backend.use_cuda_graph": cuda_graph}):
+        yield
+
+
+def _compiled(lowered: tvm.IRModule, target: tvm.target.Target, tuning: dict | None = None) -> Built:
     executable = tvm.compile(lowered, target, relax_pipeline=None)
-    return Built(executable, lowered, count_kernels(lowered))
+    return Built(executable, lowered, count_kernels(lowered), tuning)
 
 
-def build_lowered(mod: tvm.IRModule, target: tvm.target.Target) -> Built:
-    """Build a module whose graph-level passes already ran (the workbench and tvm_unoptimized recipes)."""
-    return _compile(mod, target, tvm.transform.Sequential(_lowering_passes(target)))
+def build_lowered(mod: tvm.IRModule, target: tvm.target.Target, database=None) -> Built:
+    """Build a module whose graph-level passes already ran (the workbench and tvm_unoptimized recipes).
+
+    `database` (a MetaSchedule database) supplies tuned schedules for the kernels it has records for.
+    """
+    with target:  # MetaScheduleApplyDatabase reads the current target when it is created
+        legalize = tvm.transform.Sequential(_legalize_passes(target, tuned=database is not None))
+        lower = tvm.transform.Sequential(_tail_passes(target))
+    with _build_context(mod, target, database):
+        scheduled = legalize(mod)
+        lowered = lower(scheduled)
+    return _compiled(lowered, target, tuning_coverage(scheduled) if database is not None else None)
 
 
 def build_tvm_default(mod: tvm.IRModule, target: tvm.target.Target) -> Built:
     """Build with TVM's default pipeline for the target, as `tvm.compile` users get it."""
-    return _compile(mod, target, relax.get_default_pipeline(target))
+    with _build_context(mod, target):
+        lowered = relax.get_default_pipeline(target)(mod)
+    return _compiled(lowered, target)

@@ -1,4 +1,4 @@
-"""The `workbench` command: verbs run, passes, report.
+"""The `workbench` command: verbs run, tune, passes, report, sweep.
 
 Exit codes: 0 success, 2 a user mistake (one readable message; traceback only with --debug),
 1 an internal error (short message; the traceback goes to a log file), 130 interrupted.
@@ -41,6 +41,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     out_dir = experiment.output_dir(Path.cwd())
     stdout.print(f"Wrote {out_dir / 'result.json'}, {out_dir / 'report.md'}; "
                  f"store {experiment.results_path(Path.cwd())} (run {result['run_id']})")
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from workbench.config import load_experiment
+    from workbench.tune_run import tune_experiment
+
+    experiment = load_experiment(Path(args.config), list(args.set or []))
+    args.log_dir = experiment.output_dir(Path.cwd())
+    results = tune_experiment(experiment, Path.cwd(), stderr)
+    table = Table(title=f"{experiment.name}: tuning database {experiment.database_dir(Path())}")
+    for column in ("task", "uses", "trials (before + now) / budget", "best µs", "note"):
+        table.add_column(column)
+    for r in results:
+        best = f"{r.best_us:.1f}" if r.best_us is not None else "—"
+        note = "search space used up" if r.exhausted else ("skipped: at budget" if r.trials_before >= r.budget else "")
+        table.add_row(r.name, str(r.weight), f"{r.trials_before} + {r.trials_run} / {r.budget}", best, note)
+    stdout.print(table)
+    stdout.print(f"Measured {sum(r.trials_run for r in results)} new trials; "
+                 f"database {experiment.database_dir(Path())}")
     return 0
 
 
@@ -87,6 +107,11 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--dump-ir", metavar="DIR", help="write the Relax IR after each pass into DIR")
     run.set_defaults(handler=cmd_run)
 
+    tune = verbs.add_parser("tune", help="tune the model's kernels (after the pipeline) into the schedule database")
+    tune.add_argument("config", help="experiment YAML file (its tuning: section; defaults if absent)")
+    tune.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
+    tune.set_defaults(handler=cmd_tune)
+
     passes = verbs.add_parser("passes", help="list the registered passes with their parameters")
     passes.set_defaults(handler=cmd_passes)
 
@@ -96,7 +121,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     report.set_defaults(handler=sweep_verb.report_dispatch(cmd_report))  # a sweep folder gets the sweep report
     sweep = sweep_verb.add_parser(verbs)
-    for sub in (run, passes, report, sweep):
+    for sub in (run, tune, passes, report, sweep):
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return parser
 

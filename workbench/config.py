@@ -123,9 +123,10 @@ class AccuracyConfig(Strict):
 class TuningConfig(Strict):
     """MetaSchedule auto-scheduling: how many trials, which cost model, where the schedule database lives.
 
-    Tasks (one per distinct TIR function after the pipeline) are tuned one after another, each up to
-    `trials_per_task` trials (default: `trials` spread evenly over the tasks), never more than `trials`
-    in all. Only the local runner exists: measuring on a remote device over RPC is not implemented.
+    Tasks (one per distinct TIR function after the pipeline) are tuned one after another, heaviest
+    (FLOPs x uses) first, each up to `trials_per_task` trials (default: `trials` spread evenly over the
+    tasks), never more than `trials` in all. Candidates are measured here (`runner: local`) or on the
+    device a TVM RPC tracker hands out (`runner: rpc` with `rpc:`; how CUDA is tuned without a local GPU).
     """
 
     trials: PositiveInt = Field(default=64, description="total measured trials over all tasks")
@@ -135,9 +136,16 @@ class TuningConfig(Strict):
     cost_model: Literal["xgb", "random"] = "xgb"
     database: Path | None = Field(default=None, description="schedule database folder; default "
                                                             "schedules/<name>/<target kind>")
-    runner: Literal["local"] = Field(default="local", description="where candidates are measured (local only)")
+    runner: Literal["local", "rpc"] = Field(default="local", description="where candidates are measured")
+    rpc: RpcConfig | None = Field(default=None, description="the tracker and device key (runner: rpc)")
     seed: int = 0
     tune: bool = Field(default=False, description="`workbench run` tunes (resuming the database) before building")
+
+    @model_validator(mode="after")
+    def _rpc_has_tracker(self) -> TuningConfig:
+        if self.runner == "rpc" and self.rpc is None:
+            raise ValueError("runner: rpc needs rpc: {tracker: host:port, key: NAME}")
+        return self
 
 
 class Experiment(Strict):

@@ -75,10 +75,14 @@ def _cached(builds: dict | None, recipe, mod, target):
     return builds[key]
 
 
-def _workbench_build(optimized, target, library: Path, builds: dict | None):
-    """Build the optimized module and export it to `library`; with `builds`, a structurally equal module's
-    build is reused and its library copied, not emitted again."""
-    built = _cached(builds, build_lowered, optimized, target)
+def _workbench_build(optimized, target, library: Path, builds: dict | None, database=None):
+    """Build the optimized module (with `database`'s tuned schedules) and export it to `library`; with `builds`,
+    a structurally equal module's build is reused and its library copied, not emitted again. Tuned builds
+    are never reused: the database may have grown since."""
+    if database is not None:
+        builds = None
+    built = _cached(builds, build_lowered, optimized, target) if builds is not None \
+        else build_lowered(optimized, target, database)
     key = ("library", str(target), tvm_ffi.structural_hash(optimized))
     exported = builds.get(key) if builds is not None else None
     if exported is not None and exported.is_file():
@@ -171,6 +175,12 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         "provenance": provenance(experiment),
     }
 
+    database = None
+    if experiment.tuning is not None:  # MetaSchedule is imported only by runs that use it
+        from workbench.tune import open_database
+
+        if not experiment.tuning.tune:  # a missing database is reported before any long work
+            database = open_database(experiment.database_dir(base_dir), create=False)
     with step(console, f"Loading {experiment.model.source}"):
         source_model = resolve_source(experiment.model.source, base_dir, experiment.model.cache_dir)
         canonical = canonicalize(source_model, input_specs(experiment.model, base_dir))
@@ -183,9 +193,18 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     with step(console, f"Running pipeline [bold]{result['pipeline_text'] or '(empty)'}[/]"):
         optimized, records = run_pipeline(imported, experiment.pipeline, target, dump_ir)
         result["passes"] = [vars(record) for record in records]
-    with step(console, f"Building workbench for {target.kind.name}"):
+    if experiment.tuning is not None and experiment.tuning.tune:
+        from workbench.tune_run import tune_optimized
+
+        result["tuning_trials"] = [r.as_dict() for r in tune_optimized(optimized, target, experiment, base_dir,
+                                                                        console)]
+        database = open_database(experiment.database_dir(base_dir), create=False)
+    with step(console, f"Building workbench for {target.kind.name}"
+                       + (" with tuned schedules" if database is not None else "")):
         library = out_dir / "workbench.so"
-        built = _workbench_build(optimized, target, library, builds)
+        built = _workbench_build(optimized, target, library, builds, database)
+        if built.tuning is not None:
+            result["tuning"] = {"database": str(experiment.database_dir(Path())), **built.tuning}
 
     labels = [WORKBENCH_LABEL, *experiment.baselines, *(["ort_cuda"] if is_cuda(target) else [])]
     outputs: dict[str, list[np.ndarray]] = {}

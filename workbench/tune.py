@@ -4,35 +4,58 @@ What is tuned is the module the workbench builds, after the configured pipeline 
 which fused kernels exist) and after LegalizeOps: one task per distinct TIR function.
 
 Choices that are not MetaSchedule's defaults, and why:
-- Tasks are tuned one after another (not by MetaSchedule's gradient scheduler over all tasks) so the
-  trials already in the database can be counted per task: a task at its budget is skipped, a second
-  `workbench tune` with the same budget measures nothing, and a progress line per task is possible.
-  One cost model is shared by all tasks, so later tasks start from what earlier ones measured.
+- Tasks are tuned one after another, heaviest (FLOPs x uses) first, not by MetaSchedule's gradient
+  scheduler over all tasks, so the trials already in the database can be counted per task: a task at
+  its budget is skipped, a second `workbench tune` with the same budget measures nothing, and a
+  capped `trials` goes where the time is. One cost model is shared by all tasks, so later tasks
+  start from what earlier ones measured.
 - XGBoost's `num_warmup_samples` is 8, not 100: with budgets of tens of trials per task the default
   would never train, and the search would stay random.
-- The builder's `f_build` is `workbench_build`: MetaSchedule's default imports `tvm.s_tir.tensor_intrin`
-  in every fresh worker (~47 s here), so every build hits its timeout.
-- JSONDatabase appends each record as it is committed, so Ctrl-C loses only the batch being measured.
+- The evolutionary search keeps a population of 128, not 512: sampling 512 schedules costs ~5 s a
+  round here, which dominates small budgets.
+- Importing `tvm.s_tir.tensor_intrin` costs ~50 s here (it parses every tensor intrinsic). MetaSchedule
+  does it in every TuneContext and, by default, in every fresh builder worker (so builds time out).
+  The builder's `f_build` is `workbench_build`, which skips it; and where the rules use no tensor
+  intrinsic (generic x86-64 llvm; fp32 kernels on cuda, which get the plain CUDA rules instead of the
+  tensor-core ones MetaSchedule picks for sm_70+) the contexts are made without it.
+- JSONDatabase appends each record as its batch is measured, so Ctrl-C or a kill loses only the batch
+  being measured (a record line cut short by a kill is dropped when the database is opened again).
+- A task whose search space is used up (MetaSchedule finds no new candidate, e.g. a reshape with one
+  schedule) is noted in `exhausted.json` next to the records, so a resumed run does not search it again.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
-from collections.abc import Callable
+import signal
+import sys
+import threading
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import tvm
 from tvm import relax
-from tvm.s_tir import meta_schedule as ms
 from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.analysis import estimate_tir_flops
 
+from workbench.atomic import atomic_write_json
 from workbench.config import TuningConfig
 from workbench.errors import UserError
 
 MS_LOGGER = "tvm.s_tir.meta_schedule"
 FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed build or run as (about) 1e10 seconds
+XGB_WARMUP_SAMPLES = 8
+POPULATION_SIZE = 128
+EXHAUSTED_FILE = "exhausted.json"
+# What MetaSchedule's CUDA rules read from the target; a plain {kind: cuda, arch: ...} lacks the last three.
+CUDA_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
+               "registers_per_block": 65536}
 
 
 @dataclass
@@ -43,16 +66,17 @@ class TaskResult:
     weight: int
     budget: int
     trials_before: int
+    exhausted: bool = False
     trials_run: int = 0
     best_us: float | None = None
 
     @property
-    def skipped(self) -> bool:
-        return self.trials_run == 0 and self.trials_before >= self.budget
+    def trials(self) -> int:
+        return self.trials_before + self.trials_run
 
     def as_dict(self) -> dict:
         return {"name": self.name, "weight": self.weight, "budget": self.budget, "trials_before": self.trials_before,
-                "trials_run": self.trials_run, "best_us": self.best_us}
+                "trials_run": self.trials_run, "exhausted": self.exhausted, "best_us": self.best_us}
 
 
 def workbench_build(mod: tvm.IRModule, target: tvm.target.Target, _params: dict | None) -> tvm.runtime.Module:
@@ -68,21 +92,38 @@ def workbench_build(mod: tvm.IRModule, target: tvm.target.Target, _params: dict 
 
 
 def tuning_target(target: tvm.target.Target) -> tvm.target.Target:
-    """MetaSchedule needs the core count in the target (`num-cores`); default to this machine's physical cores."""
-    if target.kind.name != "llvm" or "num-cores" in target.attrs:
-        return target
-    return tvm.target.Target({**dict(target.export()), "num-cores": ms.utils.cpu_count(logical=False)})
+    """The target with what MetaSchedule needs: llvm its core count, cuda the GPU's per-block limits."""
+    options = dict(target.export())
+    if target.kind.name == "llvm" and "num-cores" not in options:
+        options["num-cores"] = ms.utils.cpu_count(logical=False)
+    elif target.kind.name == "cuda":
+        options = {**CUDA_LIMITS, **{k: v for k, v in options.items() if v not in ("", None)}}
+    return tvm.target.Target(options)
 
 
 def tuning_module(optimized: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    """The pipeline's output with every op legalized to TIR: what the workbench build lowers, and what is tuned.
-
-    LegalizeOps and AnnotateTIROpPattern are no-ops on what `fuse` already lowered; on a module the
-    pipeline left high-level there would otherwise be no TIR functions (MetaSchedule: "No tasks to tune").
+    """The pipeline's output with every op legalized to TIR, exactly as `build_lowered` sees it before it
+    applies the database: the tasks' workloads must match those kernels structurally, attributes included
+    (running AnnotateTIROpPattern here would tag fused kernels the build does not tag, and nothing would match).
     """
     with target, tvm.transform.PassContext(opt_level=3):
-        return tvm.transform.Sequential([relax.transform.LegalizeOps(),
-                                         relax.transform.AnnotateTIROpPattern()])(optimized)
+        return relax.transform.LegalizeOps()(optimized)
+
+
+def _drop_torn_lines(path: Path) -> None:
+    """A kill while a record is written can leave its line cut short; JSONDatabase would refuse the file."""
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    good = []
+    for line in lines:
+        try:
+            json.loads(line)
+            good.append(line if line.endswith("\n") else line + "\n")
+        except json.JSONDecodeError:
+            continue
+    if good != lines:
+        path.write_text("".join(good))
 
 
 def open_database(path: Path, create: bool) -> ms.database.JSONDatabase:
@@ -95,12 +136,30 @@ def open_database(path: Path, create: bool) -> ms.database.JSONDatabase:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UserError(f"tuning.database {str(path)!r}: cannot create it ({exc.strerror or exc})") from exc
+    for name in ("database_workload.json", "database_tuning_record.json"):
+        _drop_torn_lines(path / name)
     return ms.database.JSONDatabase(work_dir=str(path))
 
 
+def _task_cost(task: ms.ExtractedTask) -> float:
+    try:
+        return estimate_tir_flops(task.dispatched[0]) * int(task.weight)
+    except Exception:  # noqa: BLE001 - a kernel FLOPs cannot be estimated for is simply tuned last
+        return 0.0
+
+
 def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target) -> list[ms.ExtractedTask]:
-    """One task per structurally distinct TIR function (the same kernel used twice is one task of weight 2)."""
-    return list(ms.relax_integration.extract_tasks(mod, tuning_target(target)))
+    """One task per structurally distinct, unscheduled TIR function, heaviest first.
+
+    The same kernel used twice is one task of weight 2; `mod` is the output of `tuning_module`.
+    """
+    tasks = ms.relax_integration.extract_tasks(mod, tuning_target(target))
+    tasks = [task for task in tasks if not task.mod.attrs.get("tirx.is_scheduled", False)]
+    return sorted(tasks, key=_task_cost, reverse=True)
+
+
+def _workload_key(task_mod: tvm.IRModule) -> str:
+    return ms.utils.shash2hex(task_mod)
 
 
 def _records(database: ms.database.Database, task_mod: tvm.IRModule) -> list[ms.database.TuningRecord]:
@@ -130,26 +189,45 @@ def best_latency_us(database: ms.database.Database, task_mod: tvm.IRModule) -> f
 
 
 def make_cost_model(config: TuningConfig, num_cores: int) -> ms.cost_model.CostModel:
-    """XGBoost that trains after the first batch (8 samples, see the module doc), or random scores."""
+    """XGBoost that trains after the first batch (see the module doc), or random scores."""
     if config.cost_model == "random":
         return ms.cost_model.RandomModel(seed=config.seed)
-    return ms.cost_model.XGBModel(num_warmup_samples=8, num_tuning_cores=num_cores, tree_method="auto")
+    return ms.cost_model.XGBModel(num_warmup_samples=XGB_WARMUP_SAMPLES, num_tuning_cores=num_cores,
+                                  tree_method="auto")
+
+
+def make_runner(config: TuningConfig, target: tvm.target.Target) -> ms.runner.Runner:
+    """Where candidates run: this machine, or a device from the RPC tracker (checked first: fail fast)."""
+    if config.runner == "rpc":
+        from workbench.rpc import check_tracker
+
+        check_tracker(config.rpc)
+        host, port = config.rpc.address
+        rpc_config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=config.rpc.key,
+                                         session_timeout_sec=int(config.rpc.session_timeout_s))
+        return ms.runner.RPCRunner(rpc_config=rpc_config)
+    if target.kind.name == "cuda" and not tvm.cuda(0).exist:
+        raise UserError("tuning for cuda: candidates are built here, but measuring them needs a GPU and this "
+                        "machine has none; set tuning.runner: rpc and tuning.rpc: {tracker: HOST:PORT, key: NAME} "
+                        "for a GPU host running `python -m tvm.exec.rpc_server --tracker ... --key NAME`")
+    return ms.runner.LocalRunner(timeout_sec=30)
+
+
+def make_builder(num_cores: int) -> ms.builder.Builder:
+    return ms.builder.LocalBuilder(f_build=workbench_build, timeout_sec=60, max_workers=num_cores)
 
 
 @derived_object
 class _ProgressCallback(ms.measure_callback.PyMeasureCallback):
-    """Reports each measured batch (how many candidates, their best run time) to a Python function."""
+    """Tells a Python function how many candidates each batch measured (after they reached the database)."""
 
-    def __init__(self, report: Callable[[int, float | None], None]) -> None:
+    def __init__(self, report: Callable[[int], None]) -> None:
         super().__init__()
         self.report = report
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
-        times = []
-        for result in runner_results:
-            if result.error_msg is None and result.run_secs:
-                times.append(min(float(s) for s in result.run_secs))
-        self.report(len(runner_results), min(times) if times else None)
+        if runner_results:
+            self.report(len(runner_results))
 
 
 def quiet_metaschedule() -> None:
@@ -159,56 +237,151 @@ def quiet_metaschedule() -> None:
         handler.setLevel(logging.WARNING)
 
 
-def plan(tasks: list[ms.ExtractedTask], database: ms.database.Database,
+def _exhausted(database_dir: Path) -> dict[str, str]:
+    path = database_dir / EXHAUSTED_FILE
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def plan(tasks: list[ms.ExtractedTask], database: ms.database.Database, database_dir: Path,
          config: TuningConfig) -> list[TaskResult]:
     """Per task: its budget (trials_per_task, or trials spread evenly) and what the database already holds."""
     per_task = config.trials_per_task or max(1, math.ceil(config.trials / max(1, len(tasks))))
-    return [TaskResult(t.task_name, int(t.weight), per_task, trials_done(database, t.dispatched[0])) for t in tasks]
+    exhausted = _exhausted(database_dir)
+    return [TaskResult(t.task_name, int(t.weight), per_task, trials_done(database, t.dispatched[0]),
+                       exhausted=_workload_key(t.dispatched[0]) in exhausted) for t in tasks]
 
 
-Progress = Callable[[TaskResult, int], None]  # (task, trials measured so far in this run) -> None
+def _low_precision(task: ms.ExtractedTask) -> bool:
+    """Does the kernel read or write fp16/bf16/int8 buffers (the only ones tensor cores would take)?"""
+    text = task.dispatched[0].script()  # PrimFunc exposes no buffer map in 0.27; dtypes appear quoted
+    return any(f'"{dtype}"' in text for dtype in ("float16", "bfloat16", "int8", "uint8"))
+
+
+def _space_generator(task: ms.ExtractedTask) -> ms.space_generator.SpaceGenerator | str:
+    """CUDA: MetaSchedule picks tensor-core (wmma) rules for sm_70+; only low-precision kernels can use them,
+    so fp32 kernels get the plain CUDA rules (which also spares the ~50 s tensor_intrin import)."""
+    if task.target.kind.name == "cuda" and not _low_precision(task):
+        return ms.space_generator.PostOrderApply(sch_rules="cuda", postprocs="cuda", mutator_probs="cuda")
+    return "post-order-apply"
+
+
+def _needs_tensor_intrinsics(task: ms.ExtractedTask) -> bool:
+    """Generic x86-64 (no mcpu/mattr) and fp32 CUDA kernels have rules without tensor intrinsics; x86
+    avx512/vnni, ARM dot products and CUDA tensor cores use them."""
+    target = task.target
+    if target.kind.name == "cuda":
+        return _low_precision(task)
+    if target.kind.name != "llvm":
+        return True
+    triple = str(target.attrs.get("mtriple", "x86_64"))
+    return "mcpu" in target.attrs or "mattr" in target.attrs or not triple.startswith("x86_64")
+
+
+@contextmanager
+def _tensor_intrinsics_if_needed(task: ms.ExtractedTask) -> Iterator[None]:
+    """Let TuneContext's `import tvm.s_tir.tensor_intrin` be a no-op when the task's rules use none."""
+    name = "tvm.s_tir.tensor_intrin"
+    if name in sys.modules or _needs_tensor_intrinsics(task):
+        yield
+        return
+    sys.modules[name] = types.ModuleType(name)
+    try:
+        yield
+    finally:
+        del sys.modules[name]
+
+
+def tune_context(task: ms.ExtractedTask, num_cores: int, search_strategy: ms.search_strategy.SearchStrategy | str,
+                 logger: logging.Logger | None = None, rand_state: int = -1) -> ms.TuneContext:
+    """A TuneContext for one task with MetaSchedule's default rules for its target (tensor_intrin only if used)."""
+    with _tensor_intrinsics_if_needed(task):
+        return ms.TuneContext(mod=task.dispatched[0], target=task.target, space_generator=_space_generator(task),
+                              search_strategy=search_strategy, task_name=task.task_name, logger=logger,
+                              rand_state=rand_state, num_threads=num_cores).clone()
+
+
+def _contexts(tasks: list[ms.ExtractedTask], log_dir: Path, num_cores: int, seed: int) -> list[ms.TuneContext]:
+    """One TuneContext per task, like `extracted_tasks_to_tune_contexts` but with our search population."""
+    loggers = ms.logging.get_loggers_from_work_dir(str(log_dir), [t.task_name for t in tasks])
+    return [tune_context(task, num_cores, ms.search_strategy.EvolutionarySearch(population_size=POPULATION_SIZE),
+                         logger, rand_state)
+            for task, logger, rand_state in zip(tasks, loggers, ms.utils.fork_seed(seed, n=len(tasks)))]
+
+
+@contextmanager
+def _interrupts_stay_interrupts() -> Iterator[None]:
+    """Ctrl-C inside MetaSchedule's C++ loop comes back out of the FFI as a RuntimeError; make it a
+    KeyboardInterrupt again so the CLI reports an interruption (exit 130), not an internal error."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    interrupted = False
+
+    def on_sigint(_signum, _frame) -> None:
+        nonlocal interrupted
+        interrupted = True
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    except Exception as exc:
+        if interrupted:
+            raise KeyboardInterrupt from exc
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+Progress = Callable[[TaskResult], None]  # called when a task starts, after each measured batch, when it ends
 
 
 def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config: TuningConfig,
-               database: ms.database.JSONDatabase, log_dir: Path,
-               progress: Progress | None = None, cost_model: ms.cost_model.CostModel | None = None,
-               on_task_start: Callable[[TaskResult], None] | None = None) -> list[TaskResult]:
-    """Tune each task up to its budget (skipping those already there), never past `config.trials` in all."""
-    quiet_metaschedule()
+               database_dir: Path, log_dir: Path, progress: Progress | None = None,
+               cost_model: ms.cost_model.CostModel | None = None) -> list[TaskResult]:
+    """Tune each task up to its budget (skipping those already there), never past `config.trials` in all.
+
+    Trials already in the database count toward both budgets, so a rerun with the same config only
+    finishes what an interrupted run left (and measures nothing when the first run completed).
+    """
     target = tuning_target(target)
-    tasks = [task for task in tasks if not task.mod.attrs.get("tirx.is_scheduled", False)]
-    num_cores = int(target.attrs["num-cores"])
-    results = plan(tasks, database, config)
-    left = config.trials
-    builder = runner = None
+    num_cores = int(target.attrs["num-cores"]) if "num-cores" in target.attrs else ms.utils.cpu_count(logical=False)
+    database = open_database(database_dir, create=True)
+    results = plan(tasks, database, database_dir, config)
+    runner = make_runner(config, target)
+    builder = make_builder(num_cores)
     cost_model = cost_model or make_cost_model(config, num_cores)
-    contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        tasks, str(log_dir), num_threads=num_cores, seed=config.seed)
+    contexts = _contexts(tasks, log_dir, num_cores, config.seed)
     quiet_metaschedule()
+    left = config.trials - sum(min(r.trials_before, r.budget) for r in results)  # `trials` counts the database too
+    report = progress or (lambda _result: None)
     for task, context, result in zip(tasks, contexts, results):
-        want = min(result.budget - result.trials_before, left)
-        if on_task_start is not None:
-            on_task_start(result)
+        want = 0 if result.exhausted else min(result.budget - result.trials_before, left)
+        report(result)
         if want > 0:
-            builder = builder or ms.builder.LocalBuilder(f_build=workbench_build, timeout_sec=60,
-                                                         max_workers=num_cores)
-            runner = runner or ms.runner.LocalRunner(timeout_sec=30)
+            def measured(count: int, result: TaskResult = result, task_mod: tvm.IRModule = task.dispatched[0]) -> None:
+                result.trials_run += count
+                result.best_us = best_latency_us(database, task_mod)
+                report(result)
 
-            def report(measured: int, _best: float | None, result: TaskResult = result) -> None:
-                result.trials_run += measured
-                if progress is not None:
-                    progress(result, result.trials_run)
-
-            ms.tune.tune_tasks(
-                tasks=[context], task_weights=[float(task.weight)], work_dir=str(log_dir),
-                max_trials_global=want, max_trials_per_task=want,
-                num_trials_per_iter=min(config.trials_per_iter, want),
-                builder=builder, runner=runner, database=database, cost_model=cost_model,
-                measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), _ProgressCallback(report)],
-                task_scheduler="round-robin",
-            )
+            with _interrupts_stay_interrupts():
+                ms.tune.tune_tasks(
+                    tasks=[context], task_weights=[float(task.weight)], work_dir=str(log_dir),
+                    max_trials_global=want, max_trials_per_task=want,
+                    num_trials_per_iter=min(config.trials_per_iter, want),
+                    builder=builder, runner=runner, database=database, cost_model=cost_model,
+                    measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
+                                       _ProgressCallback(measured)],
+                    task_scheduler="round-robin",
+                )
             left -= result.trials_run
+            if result.trials_run < want:  # the search found nothing new to measure: the space is used up
+                result.exhausted = True
+                atomic_write_json(database_dir / EXHAUSTED_FILE,
+                                  {**_exhausted(database_dir), _workload_key(task.dispatched[0]): task.task_name})
         result.best_us = best_latency_us(database, task.dispatched[0])
-        if progress is not None:
-            progress(result, result.trials_run)
+        report(result)
     return results

@@ -1,0 +1,68 @@
+"""Tuned vs untuned vs ONNX Runtime, measured side by side in one process (same inputs, same timing loop).
+
+    python scripts/bench_tuning.py [CONFIG] [--database DIR] [--repeat N]
+
+CONFIG defaults to configs/quickstart.yaml and DIR to its tuning database (schedules/quickstart/llvm).
+Prints each label's median latency and the ratios; timings on a loaded machine move, ratios less so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workbench.build import build_lowered, build_tvm_default  # noqa: E402
+from workbench.config import load_experiment  # noqa: E402
+from workbench.inputs import input_specs, make_inputs  # noqa: E402
+from workbench.measure import time_call  # noqa: E402
+from workbench.models.canonicalize import canonicalize  # noqa: E402
+from workbench.models.importer import import_to_relax  # noqa: E402
+from workbench.models.sources import resolve_source  # noqa: E402
+from workbench.pipeline import run_pipeline  # noqa: E402
+from workbench.runners import ort_runner, tvm_runner  # noqa: E402
+from workbench.targets import make_target  # noqa: E402
+from workbench.tune import open_database  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("config", nargs="?", default="configs/quickstart.yaml")
+    parser.add_argument("--database", help="schedule database folder (default: the config's)")
+    parser.add_argument("--repeat", type=int, default=50)
+    args = parser.parse_args()
+
+    base = Path.cwd()
+    experiment = load_experiment(Path(args.config))
+    target = make_target(experiment.target)
+    canonical = canonicalize(resolve_source(experiment.model.source, base, experiment.model.cache_dir),
+                             input_specs(experiment.model, base))
+    inputs = make_inputs(canonical, experiment.model, experiment.seed, base)
+    imported = import_to_relax(canonical)
+    optimized, _ = run_pipeline(imported, experiment.pipeline, target, stats=False)
+    database_dir = Path(args.database) if args.database else experiment.database_dir(base)
+    tuned = build_lowered(optimized, target, open_database(database_dir, create=False))
+
+    runners = {
+        "workbench tuned": tvm_runner("tuned", tuned, inputs, target),
+        "workbench untuned": tvm_runner("untuned", build_lowered(optimized, target), inputs, target),
+        "tvm_default": tvm_runner("tvm_default", build_tvm_default(imported, target), inputs, target),
+        "ort_all": ort_runner("ort_all", canonical, inputs),
+    }
+    medians = {}
+    for label, runner in runners.items():
+        medians[label] = time_call(runner.run_once, 5, args.repeat, runner.sync).median_ms
+    covered, fallback = tuned.tuning["covered"], tuned.tuning["fallback"]
+    print(f"{experiment.name} ({experiment.model.source}) on {target.kind.name}; database {database_dir}: "
+          f"{len(covered)} kernels tuned, {len(fallback)} default ({', '.join(fallback) or 'none'})")
+    print(f"{'label':<20}{'median ms':>10}{'tuned speedup':>15}")
+    for label, median in medians.items():
+        print(f"{label:<20}{median:>10.3f}{median / medians['workbench tuned']:>14.2f}x")
+    print(f"tuned / untuned: {medians['workbench untuned'] / medians['workbench tuned']:.1f}x faster; "
+          f"tuned vs ort_all: {medians['workbench tuned'] / medians['ort_all']:.1f}x slower")
+
+
+if __name__ == "__main__":
+    main()

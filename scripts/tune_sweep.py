@@ -1,0 +1,98 @@
+"""Tuning curves: end-to-end latency of the tuned build vs trials, per cost model, one PNG per model.
+
+    python scripts/tune_sweep.py [CONFIG ...] --budgets 10,20,40 --cost-models xgb,random --out runs/tune_sweep
+
+For each config and cost model a fresh database is tuned up to each budget in turn (each step resumes
+the last, so a curve costs its largest budget once), then the model is built with it and timed.
+Writes <out>/<name>.png and <out>/<name>.json (the points).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+from matplotlib.figure import Figure  # noqa: E402
+from rich.console import Console  # noqa: E402
+
+from workbench.build import build_lowered  # noqa: E402
+from workbench.config import TuningConfig, load_experiment  # noqa: E402
+from workbench.inputs import input_specs, make_inputs  # noqa: E402
+from workbench.measure import time_call  # noqa: E402
+from workbench.models.canonicalize import canonicalize  # noqa: E402
+from workbench.models.sources import resolve_source  # noqa: E402
+from workbench.runners import tvm_runner  # noqa: E402
+from workbench.targets import make_target  # noqa: E402
+from workbench.tune import open_database  # noqa: E402
+from workbench.tune_run import optimized_module, tune_optimized  # noqa: E402
+
+
+def curve(config_path: Path, budgets: list[int], cost_model: str, out: Path, repeat: int,
+          console: Console) -> list[dict]:
+    """Tune one config with one cost model through the budgets; the end-to-end latency after each."""
+    base = Path.cwd()
+    experiment = load_experiment(config_path)
+    folder = out / experiment.name / cost_model
+    target = make_target(experiment.target)
+    optimized = optimized_module(experiment, base, target)
+    canonical = canonicalize(resolve_source(experiment.model.source, base, experiment.model.cache_dir),
+                             input_specs(experiment.model, base))
+    inputs = make_inputs(canonical, experiment.model, experiment.seed, base)
+    untuned = tvm_runner("untuned", build_lowered(optimized, target), inputs, target)
+    points = [{"trials": 0, "median_ms": time_call(untuned.run_once, 3, repeat, untuned.sync).median_ms}]
+    for budget in budgets:
+        tuning = TuningConfig(trials=budget, cost_model=cost_model, database=folder / "db",
+                              seed=(experiment.tuning.seed if experiment.tuning else 0))
+        step = experiment.model_copy(update={"tuning": tuning, "output": folder})
+        results = tune_optimized(optimized, target, step, base, console)
+        built = build_lowered(optimized, target, open_database(folder / "db", create=False))
+        runner = tvm_runner("tuned", built, inputs, target)
+        median = time_call(runner.run_once, 3, repeat, runner.sync).median_ms
+        points.append({"trials": sum(r.trials for r in results), "median_ms": median})
+        console.print(f"{experiment.name} {cost_model} {points[-1]['trials']} trials: {median:.3f} ms")
+    return points
+
+
+def plot(name: str, curves: dict[str, list[dict]], path: Path) -> None:
+    figure = Figure(figsize=(6, 4))
+    axes = figure.subplots()
+    for cost_model, points in curves.items():
+        axes.plot([p["trials"] for p in points], [p["median_ms"] for p in points], marker="o", label=cost_model)
+    axes.set(xlabel="measured trials (all tasks)", ylabel="end-to-end median latency (ms)",
+             title=f"{name}: tuning curve")
+    axes.set_ylim(bottom=0)
+    axes.legend()
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("configs", nargs="*", default=["configs/quickstart.yaml"])
+    parser.add_argument("--budgets", default="10,20,40", help="comma-separated total trial budgets")
+    parser.add_argument("--cost-models", default="xgb,random")
+    parser.add_argument("--out", default="runs/tune_sweep")
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args()
+    budgets = sorted(int(b) for b in args.budgets.split(","))
+    out = Path(args.out)
+    console = Console(stderr=True)
+    for config in args.configs:
+        name = load_experiment(Path(config)).name
+        curves = {cm: curve(Path(config), budgets, cm, out, args.repeat, console) for cm in args.cost_models.split(",")}
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{name}.json").write_text(json.dumps(curves, indent=2))
+        plot(name, curves, out / f"{name}.png")
+        console.print(f"Wrote {out / f'{name}.png'}")
+
+
+if __name__ == "__main__":
+    main()

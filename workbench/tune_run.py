@@ -1,0 +1,65 @@
+"""Tuning one experiment: its model after the configured pipeline, tuned with a live progress bar.
+
+Shared by `workbench tune CONFIG` and by `workbench run` when `tuning.tune: true`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tvm
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from workbench.config import Experiment, TuningConfig
+from workbench.inputs import input_specs
+from workbench.models.canonicalize import canonicalize
+from workbench.models.importer import import_to_relax
+from workbench.models.sources import resolve_source
+from workbench.pipeline import run_pipeline
+from workbench.targets import make_target
+from workbench.tune import TaskResult, extract_tasks, tune_tasks, tuning_module
+
+
+def tuning_config(experiment: Experiment) -> TuningConfig:
+    """The experiment's `tuning:` section, or the defaults when it has none (`workbench tune` still works)."""
+    return experiment.tuning or TuningConfig()
+
+
+def optimized_module(experiment: Experiment, base_dir: Path, target: tvm.target.Target) -> tvm.IRModule:
+    """The model as the workbench build sees it: canonical ONNX, imported, the configured pipeline run."""
+    source = resolve_source(experiment.model.source, base_dir, experiment.model.cache_dir)
+    imported = import_to_relax(canonicalize(source, input_specs(experiment.model, base_dir)))
+    optimized, _records = run_pipeline(imported, experiment.pipeline, target, stats=False)
+    return optimized
+
+
+def _best(result: TaskResult) -> str:
+    return f"best {result.best_us:9.1f} µs" if result.best_us is not None else "best         —"
+
+
+def tune_optimized(optimized: tvm.IRModule, target: tvm.target.Target, experiment: Experiment, base_dir: Path,
+                   console: Console) -> list[TaskResult]:
+    """Extract the tasks of the pipeline's output and tune them, one progress row per task."""
+    config = tuning_config(experiment)
+    tasks = extract_tasks(tuning_module(optimized, target), target)
+    log_dir = experiment.output_dir(base_dir) / "tuning_logs"
+    rows: dict[str, int] = {}
+    columns = (TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[best]}"), TextColumn("{task.fields[note]}"), TimeElapsedColumn())
+    with Progress(*columns, console=console) as bar:
+        def show(result: TaskResult) -> None:
+            note = "search space used up" if result.exhausted else ""
+            if result.name not in rows:
+                rows[result.name] = bar.add_task(result.name, total=result.budget, best=_best(result), note=note)
+            bar.update(rows[result.name], completed=min(result.trials, result.budget), best=_best(result), note=note)
+
+        return tune_tasks(tasks, target, config, experiment.database_dir(base_dir), log_dir, progress=show)
+
+
+def tune_experiment(experiment: Experiment, base_dir: Path, console: Console) -> list[TaskResult]:
+    """`workbench tune`: load the model, run the pipeline, tune into the experiment's database."""
+    target = make_target(experiment.target)
+    with console.status(f"Loading {experiment.model.source} and running the pipeline…"):
+        optimized = optimized_module(experiment, base_dir, target)
+    return tune_optimized(optimized, target, experiment, base_dir, console)
