@@ -54,3 +54,21 @@ def rpc_tracker():
     finally:
         server_proc.terminate()
         tracker_proc.terminate()
+
+
+@pytest.fixture
+def run_two_writers():
+    """Run `target(path, worker, barrier)` in two spawned processes that start writing together; both must exit 0."""
+    import multiprocessing
+
+    def run(target, path) -> None:
+        context = multiprocessing.get_context("spawn")
+        start = context.Barrier(2)  # both processes are up (imports done) before either writes: they really overlap
+        writers = [context.Process(target=target, args=(path, w, start)) for w in range(2)]
+        for process in writers:
+            process.start()
+        for process in writers:
+            process.join(120)
+            assert process.exitcode == 0
+
+    return run

@@ -3,7 +3,6 @@
 import copy
 import csv
 import json
-import multiprocessing
 import sqlite3
 from pathlib import Path
 
@@ -94,22 +93,15 @@ def test_a_store_from_a_newer_schema_is_refused(tmp_path):
 
 
 def _writer(path, worker, start):
-    start.wait(60)  # both spawned processes are up (imports done) before either writes: they really overlap
+    start.wait(60)
     with ResultsStore(path) as store:
         for i in range(20):
             store.add(sample_result(f"w{worker}-{i}"))
 
 
-def test_two_processes_write_one_store_without_losing_rows(tmp_path):
+def test_two_processes_write_one_store_without_losing_rows(tmp_path, run_two_writers):
     path = tmp_path / "shared.sqlite"  # not created beforehand: both processes also race to make the schema
-    context = multiprocessing.get_context("spawn")
-    start = context.Barrier(2)
-    workers = [context.Process(target=_writer, args=(path, w, start)) for w in range(2)]
-    for process in workers:
-        process.start()
-    for process in workers:
-        process.join(120)
-        assert process.exitcode == 0
+    run_two_writers(_writer, path)
     with ResultsStore(path) as store:
         names = [r["name"] for r in store.runs()]
         assert len(names) == 40 and set(names) == {f"w{w}-{i}" for w in range(2) for i in range(20)}

@@ -243,18 +243,9 @@ def _sweep_writer(path, worker, start):
     store.close()
 
 
-def test_two_sweeps_write_one_store_without_losing_rows(tmp_path):
-    import multiprocessing
-
+def test_two_sweeps_write_one_store_without_losing_rows(tmp_path, run_two_writers):
     path = tmp_path / "shared.sqlite"  # not created beforehand: both also race to make the schema
-    context = multiprocessing.get_context("spawn")
-    start = context.Barrier(2)
-    writers = [context.Process(target=_sweep_writer, args=(path, w, start)) for w in range(2)]
-    for process in writers:
-        process.start()
-    for process in writers:
-        process.join(120)
-        assert process.exitcode == 0
+    run_two_writers(_sweep_writer, path)
     with sqlite3.connect(path) as db:
         variants = dict(db.execute("select id, run_id from sweep_variants").fetchall())
         runs = dict(db.execute("select id, name from runs").fetchall())
