@@ -231,7 +231,7 @@ def test_worker_runs_reuse_builds_of_equal_ir_and_leave_the_store_to_the_parent(
 
 
 def _sweep_writer(path, worker, start):
-    from tests.test_results import sample_result
+    from test_results import sample_result
     from workbench.sweep import SweepStore, Variant
 
     start.wait(60)  # both processes are up before either writes: the writes really overlap
