@@ -7,11 +7,13 @@ of them alike; a label's figure is the median of its round medians. Ratios are l
 best-workbench median (> 1: the workbench build is faster). `kernels` is TVM's kernel count (distinct
 TIR functions) or IREE's dispatch count: how much each compiler fused.
 
-The workbench figure is the best of a few untuned pipelines (`--pipelines`, `;`-separated). Tuned
-schedules (a MetaSchedule database) are another candidate: build one in `workbench_candidates`.
+The workbench figure is the best of a few pipelines (`--pipelines`, `;`-separated), untuned, and with
+`--database DIR` each also built with that MetaSchedule database's tuned schedules (kernels it has no
+record for keep the default schedule; such a candidate's label ends in `+tuned COVERED/KERNELS`).
 Usage:
 
     python scripts/bench_compilers.py [--repeat 10] [--rounds 3] [--models convnet_small,rapidocr_det]
+    python scripts/bench_compilers.py --models convnet_small --database schedules/quickstart/llvm
 """
 
 from __future__ import annotations
@@ -53,12 +55,16 @@ def experiment_for(name: str) -> Experiment:
 
 
 def workbench_candidates(imported: tvm.IRModule, pipelines: list[str], target: tvm.target.Target,
-                         inputs: dict[str, np.ndarray]) -> dict[str, Runner]:
-    """One runner per workbench pipeline; a tuned build would be added here as one more candidate."""
+                         inputs: dict[str, np.ndarray], database=None) -> dict[str, Runner]:
+    """One runner per workbench pipeline, and with a `database` one more per pipeline with tuned schedules."""
     runners = {}
     for text in pipelines:
         optimized, _ = run_pipeline(imported, parse_text(text), target)
         runners[f"workbench[{text}]"] = tvm_runner(text, build_lowered(optimized, target), inputs, target)
+        tuned = build_lowered(optimized, target, database) if database is not None else None
+        if tuned is not None and tuned.tuning["covered"]:  # a database for another model covers nothing here
+            covered = f"+tuned {len(tuned.tuning['covered'])}/{tuned.kernels}"
+            runners[f"workbench[{text}{covered}]"] = tvm_runner(text, tuned, inputs, target)
     return runners
 
 
@@ -72,7 +78,7 @@ def timed(runners: dict[str, Runner], repeat: int, rounds: int) -> dict[str, flo
     return {label: float(np.median(medians)) for label, medians in per_round.items()}
 
 
-def bench_model(name: str, pipelines: list[str], repeat: int, rounds: int, console: Console) -> dict:
+def bench_model(name: str, pipelines: list[str], repeat: int, rounds: int, console: Console, database=None) -> dict:
     experiment = experiment_for(name)
     model = canonicalize(resolve_source(experiment.model.source, ROOT, experiment.model.cache_dir),
                          input_specs(experiment.model, ROOT))
@@ -80,7 +86,7 @@ def bench_model(name: str, pipelines: list[str], repeat: int, rounds: int, conso
     target = tvm.target.Target({"kind": "llvm"})
     with console.status(f"{name}: building"), tempfile.TemporaryDirectory() as iree_dir:
         imported = import_to_relax(model)
-        runners = workbench_candidates(imported, pipelines, target, inputs)
+        runners = workbench_candidates(imported, pipelines, target, inputs, database)
         runners["ort_all"] = ort_runner("ort_all", model, inputs)
         runners["tvm_default"] = tvm_runner("tvm_default", build_tvm_default(imported, target), inputs, target)
         notes = {}
@@ -122,11 +128,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--pipelines", default=PIPELINES, help="workbench candidates, ';'-separated pipeline texts")
+    parser.add_argument("--database", help="a MetaSchedule database folder: tuned builds join the candidates")
     args = parser.parse_args()
+    database = None
+    if args.database:
+        from workbench.tune import open_database
+
+        database = open_database(Path(args.database), create=False)
     console = Console(width=max(Console().width, 200))
     rows = []
     for name in args.models.split(","):
-        rows.append(bench_model(name, args.pipelines.split(";"), args.repeat, args.rounds, console))
+        rows.append(bench_model(name, args.pipelines.split(";"), args.repeat, args.rounds, console, database))
         for label, note in rows[-1]["notes"].items():
             console.print(f"{name}: {label} {note}")
     console.print(table_of(rows, args.repeat, args.rounds))
