@@ -104,16 +104,25 @@ def _compiled(lowered: tvm.IRModule, target: tvm.target.Target, tuning: dict | N
     return Built(executable, lowered, count_kernels(lowered), tuning)
 
 
+def legalized(mod: tvm.IRModule, target: tvm.target.Target, database=None) -> tvm.IRModule:
+    """`mod` dispatched, legalized to TIR and (with a database) given its tuned schedules: the build's kernels
+    before GPU scheduling and lowering. Tuning extracts its tasks from `legalized(mod, target)`, so their
+    workloads are these kernels exactly."""
+    with target:  # MetaScheduleApplyDatabase reads the current target when it is created
+        passes = tvm.transform.Sequential(_legalize_passes(target, tuned=database is not None))
+    with _build_context(mod, target, database):
+        return passes(mod)
+
+
 def build_lowered(mod: tvm.IRModule, target: tvm.target.Target, database=None) -> Built:
     """Build a module whose graph-level passes already ran (the workbench and tvm_unoptimized recipes).
 
     `database` (a MetaSchedule database) supplies tuned schedules for the kernels it has records for.
     """
-    with target:  # MetaScheduleApplyDatabase reads the current target when it is created
-        legalize = tvm.transform.Sequential(_legalize_passes(target, tuned=database is not None))
+    scheduled = legalized(mod, target, database)
+    with target:
         lower = tvm.transform.Sequential(_tail_passes(target))
     with _build_context(mod, target, database):
-        scheduled = legalize(mod)
         lowered = lower(scheduled)
     return _compiled(lowered, target, tuning_coverage(scheduled) if database is not None else None)
 

@@ -39,12 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tvm
-from tvm import relax
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
 
 from workbench.atomic import atomic_write_json
+from workbench.build import legalized
 from workbench.config import TuningConfig
 from workbench.errors import UserError
 
@@ -102,12 +102,11 @@ def tuning_target(target: tvm.target.Target) -> tvm.target.Target:
 
 
 def tuning_module(optimized: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    """The pipeline's output with every op legalized to TIR, exactly as `build_lowered` sees it before it
-    applies the database: the tasks' workloads must match those kernels structurally, attributes included
+    """The pipeline's output as `build_lowered` has it before it applies the database (the build's own
+    `legalized`): the tasks' workloads must match those kernels structurally, attributes included
     (running AnnotateTIROpPattern here would tag fused kernels the build does not tag, and nothing would match).
     """
-    with target, tvm.transform.PassContext(opt_level=3):
-        return relax.transform.LegalizeOps()(optimized)
+    return legalized(optimized, target)
 
 
 def _drop_torn_lines(path: Path) -> None:
