@@ -80,9 +80,10 @@ def _workbench_build(optimized, target, library: Path, builds: dict | None, data
     a structurally equal module's build is reused and its library copied, not emitted again. Tuned builds
     are never reused: the database may have grown since."""
     if database is not None:
-        builds = None
-    built = _cached(builds, build_lowered, optimized, target) if builds is not None \
-        else build_lowered(optimized, target, database)
+        built = build_lowered(optimized, target, database)
+        built.export(library)
+        return built
+    built = _cached(builds, build_lowered, optimized, target)
     key = ("library", str(target), tvm_ffi.structural_hash(optimized))
     exported = builds.get(key) if builds is not None else None
     if exported is not None and exported.is_file():

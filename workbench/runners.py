@@ -19,6 +19,7 @@ import tvm
 from tvm import relax, rpc
 
 from workbench.build import Built
+from workbench.errors import BaselineUnavailable
 from workbench.measure import Timing, summarize, time_call
 from workbench.targets import device_for
 
@@ -92,8 +93,8 @@ def ort_runner(label: str, model: onnx.ModelProto, inputs: dict[str, np.ndarray]
     optionally keeps ORT's optimized model."""
     provider = ORT_PROVIDERS.get(label, "CPUExecutionProvider")
     if provider not in ort.get_available_providers():
-        raise RuntimeError(f"onnxruntime {ort.__version__} has no {provider} (install onnxruntime-gpu with a "
-                           "CUDA device present)")
+        raise BaselineUnavailable(f"onnxruntime {ort.__version__} has no {provider} (install onnxruntime-gpu "
+                                  "with a CUDA device present)")
     options = ort.SessionOptions()
     options.graph_optimization_level = ORT_LEVELS[label]
     options.log_severity_level = 3
