@@ -5,6 +5,7 @@ XGBoost (num_warmup_samples=8) to train, on the heaviest kernel only; the other 
 """
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -25,7 +26,7 @@ from workbench.cli import main
 from workbench.config import TuningConfig, load_experiment
 from workbench.errors import UserError
 from workbench.pipeline import run_pipeline
-from workbench.tune import (XGB_WARMUP_SAMPLES, extract_tasks, make_builder, make_cost_model, make_runner,
+from workbench.tune import (MS_LOGGER, XGB_WARMUP_SAMPLES, extract_tasks, make_builder, make_cost_model, make_runner,
                             open_database, tune_context, tune_tasks, tuning_module, tuning_target)
 
 RECORDS = "database_tuning_record.json"
@@ -101,6 +102,33 @@ def test_second_tune_with_the_same_budget_measures_nothing_and_run_applies_the_d
     assert [t["trials_run"] for t in result["tuning_trials"]] == [0] * 10
     assert result["tuning"]["covered"] == [tuned["results"][0].name]
     assert len(result["tuning"]["fallback"]) == 9 and result["accuracy"]["workbench"]["ok"]
+
+
+@pytest.mark.slow
+def test_tuning_works_with_unnamed_handlers_on_the_root_and_metaschedule_loggers(optimized, llvm, tmp_path):
+    """A notebook or an application may attach handlers without names anywhere; tuning must not care, and the
+    per-round log goes to the task's own file, not to the user's handlers."""
+    captured: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            captured.append(record)
+
+    handlers = {name: Collect() for name in ("", MS_LOGGER)}  # no handler gets a name
+    for name, handler in handlers.items():
+        logging.getLogger(name).addHandler(handler)
+    try:
+        tasks = [t for t in extract_tasks(tuning_module(optimized, llvm), llvm) if t.task_name == "fused_matmul_add5"]
+        config = TuningConfig(trials=2, trials_per_task=2, trials_per_iter=2, cost_model="random")
+        results = tune_tasks(tasks, llvm, config, tmp_path / "db", tmp_path / "logs")
+    finally:
+        for name, handler in handlers.items():
+            logging.getLogger(name).removeHandler(handler)
+    assert results[0].trials_run == 2 and results[0].best_us is not None
+    assert len(record_lines(tmp_path / "db")) == 2
+    task_log = (tmp_path / "logs" / "fused_matmul_add5.log").read_text()
+    assert 'Initializing Task #0: "fused_matmul_add5"' in task_log
+    assert not [r for r in captured if r.name.startswith("workbench.tuning")]  # per-task chatter stays in its file
 
 
 def start_tune_and_wait_for_records(config: Path, database: Path) -> subprocess.Popen:

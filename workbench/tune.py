@@ -302,9 +302,38 @@ def tune_context(task: ms.ExtractedTask, num_cores: int, search_strategy: ms.sea
                               rand_state=rand_state, num_threads=num_cores).clone()
 
 
-def _contexts(tasks: list[ms.ExtractedTask], log_dir: Path, num_cores: int, seed: int) -> list[ms.TuneContext]:
+@contextmanager
+def task_loggers(log_dir: Path, task_names: list[str]) -> Iterator[list[logging.Logger]]:
+    """One logger per task writing MetaSchedule's per-round log to `log_dir/<task>.log`, closed afterwards.
+
+    Not MetaSchedule's `get_loggers_from_work_dir`: that one reconfigures logging globally (dictConfig) and
+    crashes when the MetaSchedule logger carries a handler without a name (pytest's, a notebook's, an
+    embedding application's). These loggers do not propagate, so what a user attached elsewhere sees nothing
+    of the per-round chatter and is left as it was.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    formatter = logging.Formatter("%(asctime)s [%(levelname)s] %(message)s", "%Y-%m-%d %H:%M:%S")
+    loggers, handlers = [], []
+    for name in task_names:
+        logger = logging.getLogger(f"workbench.tuning.{name}")
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        handler = logging.FileHandler(log_dir / f"{name}.log", mode="a")
+        handler.setFormatter(formatter)
+        logger.addHandler(handler)
+        loggers.append(logger)
+        handlers.append(handler)
+    try:
+        yield loggers
+    finally:
+        for logger, handler in zip(loggers, handlers):
+            logger.removeHandler(handler)
+            handler.close()
+
+
+def _contexts(tasks: list[ms.ExtractedTask], loggers: list[logging.Logger], num_cores: int,
+              seed: int) -> list[ms.TuneContext]:
     """One TuneContext per task, like `extracted_tasks_to_tune_contexts` but with our search population."""
-    loggers = ms.logging.get_loggers_from_work_dir(str(log_dir), [t.task_name for t in tasks])
     return [tune_context(task, num_cores, ms.search_strategy.EvolutionarySearch(population_size=POPULATION_SIZE),
                          logger, rand_state)
             for task, logger, rand_state in zip(tasks, loggers, ms.utils.fork_seed(seed, n=len(tasks)))]
@@ -353,34 +382,36 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
     runner = make_runner(config, target)
     builder = make_builder(num_cores)
     cost_model = cost_model or make_cost_model(config, num_cores)
-    contexts = _contexts(tasks, log_dir, num_cores, config.seed)
     quiet_metaschedule()
     left = config.trials - sum(min(r.trials_before, r.budget) for r in results)  # `trials` counts the database too
     report = progress or (lambda _result: None)
-    for task, context, result in zip(tasks, contexts, results):
-        want = 0 if result.exhausted else min(result.budget - result.trials_before, left)
-        report(result)
-        if want > 0:
-            def measured(count: int, result: TaskResult = result, task_mod: tvm.IRModule = task.dispatched[0]) -> None:
-                result.trials_run += count
-                result.best_us = best_latency_us(database, task_mod)
-                report(result)
+    with task_loggers(log_dir, [t.task_name for t in tasks]) as loggers:
+        contexts = _contexts(tasks, loggers, num_cores, config.seed)
+        for task, context, result in zip(tasks, contexts, results):
+            want = 0 if result.exhausted else min(result.budget - result.trials_before, left)
+            report(result)
+            if want > 0:
+                def measured(count: int, result: TaskResult = result,
+                             task_mod: tvm.IRModule = task.dispatched[0]) -> None:
+                    result.trials_run += count
+                    result.best_us = best_latency_us(database, task_mod)
+                    report(result)
 
-            with _interrupts_stay_interrupts():
-                ms.tune.tune_tasks(
-                    tasks=[context], task_weights=[float(task.weight)], work_dir=str(log_dir),
-                    max_trials_global=want, max_trials_per_task=want,
-                    num_trials_per_iter=min(config.trials_per_iter, want),
-                    builder=builder, runner=runner, database=database, cost_model=cost_model,
-                    measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
-                                       _ProgressCallback(measured)],
-                    task_scheduler="round-robin",
-                )
-            left -= result.trials_run
-            if result.trials_run < want:  # the search found nothing new to measure: the space is used up
-                result.exhausted = True
-                atomic_write_json(database_dir / EXHAUSTED_FILE,
-                                  {**_exhausted(database_dir), _workload_key(task.dispatched[0]): task.task_name})
-        result.best_us = best_latency_us(database, task.dispatched[0])
-        report(result)
+                with _interrupts_stay_interrupts():
+                    ms.tune.tune_tasks(
+                        tasks=[context], task_weights=[float(task.weight)], work_dir=str(log_dir),
+                        max_trials_global=want, max_trials_per_task=want,
+                        num_trials_per_iter=min(config.trials_per_iter, want),
+                        builder=builder, runner=runner, database=database, cost_model=cost_model,
+                        measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
+                                           _ProgressCallback(measured)],
+                        task_scheduler="round-robin",
+                    )
+                left -= result.trials_run
+                if result.trials_run < want:  # the search found nothing new to measure: the space is used up
+                    result.exhausted = True
+                    atomic_write_json(database_dir / EXHAUSTED_FILE,
+                                      {**_exhausted(database_dir), _workload_key(task.dispatched[0]): task.task_name})
+            result.best_us = best_latency_us(database, task.dispatched[0])
+            report(result)
     return results
