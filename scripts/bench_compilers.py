@@ -27,19 +27,19 @@ import tvm
 from rich.console import Console
 from rich.table import Table
 
-from workbench.build import build_lowered, build_tvm_default
+from workbench.compile.build import build_lowered, build_tvm_default
 from workbench.config import Experiment, load_experiment, validate
 from workbench.errors import BaselineUnavailable
-from workbench.inputs import input_specs, make_inputs
-from workbench.iree_baseline import iree_runner
-from workbench.measure import time_call
+from workbench.measure.inputs import input_specs, make_inputs
+from workbench.measure.iree import iree_runner
+from workbench.measure.timing import time_call
 from workbench.models import zoo
 from workbench.models.canonicalize import canonicalize
 from workbench.models.importer import import_to_relax
 from workbench.models.sources import resolve_source
-from workbench.pipeline import run_pipeline
-from workbench.pipeline_spec import parse_text
-from workbench.runners import Runner, ort_runner, tvm_runner
+from workbench.passes.pipeline import run_pipeline
+from workbench.passes.pipeline_spec import parse_text
+from workbench.measure.runners import Runner, ort_runner, tvm_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINES = "fold_constant,fold_batchnorm,fuse,dce;fold_constant,fold_batchnorm,fuse_patterns,fuse,dce"
@@ -132,7 +132,7 @@ def main() -> None:
     args = parser.parse_args()
     database = None
     if args.database:
-        from workbench.tune import open_database
+        from workbench.compile.tune import open_database
 
         database = open_database(Path(args.database), create=False)
     console = Console(width=max(Console().width, 200))

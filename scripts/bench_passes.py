@@ -15,16 +15,16 @@ import tvm
 from rich.console import Console
 from rich.table import Table
 
-from workbench.build import build_lowered
+from workbench.compile.build import build_lowered
 from workbench.config import load_experiment
-from workbench.inputs import input_specs, make_inputs
-from workbench.measure import time_call
+from workbench.measure.inputs import input_specs, make_inputs
+from workbench.measure.timing import time_call
 from workbench.models.canonicalize import canonicalize
 from workbench.models.importer import import_to_relax
 from workbench.models.sources import resolve_source
-from workbench.pipeline import run_pipeline
-from workbench.pipeline_spec import parse_text
-from workbench.runners import tvm_runner
+from workbench.passes.pipeline import run_pipeline
+from workbench.passes.pipeline_spec import parse_text
+from workbench.measure.runners import tvm_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = {"convnet_small": ROOT / "configs/quickstart.yaml", "rapidocr_det": ROOT / "configs/rapidocr_det.yaml"}

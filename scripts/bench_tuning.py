@@ -14,17 +14,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.build import build_lowered, build_tvm_default  # noqa: E402
+from workbench.compile.build import build_lowered, build_tvm_default  # noqa: E402
 from workbench.config import load_experiment  # noqa: E402
-from workbench.inputs import input_specs, make_inputs  # noqa: E402
-from workbench.measure import time_call  # noqa: E402
+from workbench.measure.inputs import input_specs, make_inputs  # noqa: E402
+from workbench.measure.timing import time_call  # noqa: E402
 from workbench.models.canonicalize import canonicalize  # noqa: E402
 from workbench.models.importer import import_to_relax  # noqa: E402
 from workbench.models.sources import resolve_source  # noqa: E402
-from workbench.pipeline import run_pipeline  # noqa: E402
-from workbench.runners import ort_runner, tvm_runner  # noqa: E402
-from workbench.targets import make_target  # noqa: E402
-from workbench.tune import open_database  # noqa: E402
+from workbench.passes.pipeline import run_pipeline  # noqa: E402
+from workbench.measure.runners import ort_runner, tvm_runner  # noqa: E402
+from workbench.compile.targets import make_target  # noqa: E402
+from workbench.compile.tune import open_database  # noqa: E402
 
 
 def main() -> None:

@@ -22,16 +22,16 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from workbench.build import build_lowered  # noqa: E402
+from workbench.compile.build import build_lowered  # noqa: E402
 from workbench.config import TuningConfig, load_experiment  # noqa: E402
-from workbench.inputs import input_specs, make_inputs  # noqa: E402
-from workbench.measure import time_call  # noqa: E402
+from workbench.measure.inputs import input_specs, make_inputs  # noqa: E402
+from workbench.measure.timing import time_call  # noqa: E402
 from workbench.models.canonicalize import canonicalize  # noqa: E402
 from workbench.models.sources import resolve_source  # noqa: E402
-from workbench.runners import tvm_runner  # noqa: E402
-from workbench.targets import make_target  # noqa: E402
-from workbench.tune import open_database  # noqa: E402
-from workbench.tune_run import optimized_module, tune_optimized  # noqa: E402
+from workbench.measure.runners import tvm_runner  # noqa: E402
+from workbench.compile.targets import make_target  # noqa: E402
+from workbench.compile.tune import open_database  # noqa: E402
+from workbench.compile.tune_run import optimized_module, tune_optimized  # noqa: E402
 
 
 def curve(config_path: Path, budgets: list[int], cost_model: str, out: Path, repeat: int,

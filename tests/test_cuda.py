@@ -12,15 +12,15 @@ import pytest
 import tvm
 from tvm import relax
 
-from workbench.build import _schedule_passes, build_lowered
+from workbench.compile.build import _schedule_passes, build_lowered
 from workbench.config import TargetConfig, validate
-from workbench.cuda_report import NVCC_ENV, find_nvcc, kernel_report
+from workbench.compile.cuda_report import NVCC_ENV, find_nvcc, kernel_report
 from workbench.errors import UserError
 from workbench.experiment import run_experiment
 from workbench.models.sources import resolve_source
-from workbench.pipeline import run_pipeline
-from workbench.pipeline_spec import PassSpec
-from workbench.targets import make_target
+from workbench.passes.pipeline import run_pipeline
+from workbench.passes.pipeline_spec import PassSpec
+from workbench.compile.targets import make_target
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (CUDA toolkit absent)")
 needs_gpu = pytest.mark.skipif(not tvm.cuda(0).exist, reason="no CUDA device on this machine")
@@ -159,8 +159,8 @@ def test_rpc_measures_an_llvm_build_remotely_and_matches_the_local_run(rpc_track
         assert result["measurements"][label]["median_ms"] > 0 and result["measurements"][label]["repeats"] == 3
         assert result["accuracy"][label]["ok"], result["accuracy"][label]
 
-    from workbench.rpc import connect
-    from workbench.runners import tvm_runner
+    from workbench.measure.rpc import connect
+    from workbench.measure.runners import tvm_runner
 
     _, mod = zoo_relax("convnet_small")  # inputs x: [1, 3, 64, 64]
     built = build_lowered(run_pipeline(mod, FUSED, llvm, stats=False)[0], llvm)

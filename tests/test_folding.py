@@ -5,10 +5,10 @@ import pytest
 import tvm
 from tvm import relax
 
-from workbench.build import build_lowered
-from workbench.pipeline import count_ops, run_pipeline
-from workbench.pipeline_spec import parse_text
-from workbench.runners import ort_runner, tvm_runner
+from workbench.compile.build import build_lowered
+from workbench.passes.pipeline import count_ops, run_pipeline
+from workbench.passes.pipeline_spec import parse_text
+from workbench.measure.runners import ort_runner, tvm_runner
 
 
 def constants(mod):

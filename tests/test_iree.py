@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from workbench.config import validate
 from workbench.errors import BaselineUnavailable
 from workbench.experiment import run_experiment
-from workbench.iree_baseline import INSTALL_HINT, compile_onnx, iree_runner, short_reason
+from workbench.measure.iree import INSTALL_HINT, compile_onnx, iree_runner, short_reason
 
 
 def _has_iree() -> bool:

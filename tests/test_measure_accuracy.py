@@ -4,8 +4,8 @@ import time
 
 import numpy as np
 
-from workbench.accuracy import compare
-from workbench.measure import summarize, time_call
+from workbench.measure.accuracy import compare
+from workbench.measure.timing import summarize, time_call
 
 
 def test_time_call_measures_real_time_and_counts_calls():

@@ -6,12 +6,12 @@ import tvm
 from tvm import relax
 from tvm_ffi import structural_hash  # TVM 0.27 moved tvm.ir.structural_hash here
 
-from workbench.build import build_lowered
+from workbench.compile.build import build_lowered
 from workbench.errors import UserError
 from workbench.passes.patterns import PATTERNS, composites, pattern_kernels
-from workbench.pipeline import count_kernels, count_ops, run_pipeline
-from workbench.pipeline_spec import parse_text
-from workbench.runners import ort_runner, tvm_runner
+from workbench.passes.pipeline import count_kernels, count_ops, run_pipeline
+from workbench.passes.pipeline_spec import parse_text
+from workbench.measure.runners import ort_runner, tvm_runner
 
 
 def inputs_for(model, seed=0):
@@ -217,8 +217,8 @@ def test_convert_layout_refuses_models_whose_conv2d_transpose_cannot_follow(llvm
 
     from workbench.errors import UserError
     from workbench.models.importer import import_to_relax
-    from workbench.pipeline import run_pipeline
-    from workbench.pipeline_spec import parse_text
+    from workbench.passes.pipeline import run_pipeline
+    from workbench.passes.pipeline_spec import parse_text
 
     rng = np.random.default_rng(0)
     weights = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),

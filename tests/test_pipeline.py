@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from workbench.build import build_lowered, build_tvm_default
+from workbench.compile.build import build_lowered, build_tvm_default
 from workbench.errors import UserError
-from workbench.pipeline import count_ops, run_pipeline
-from workbench.pipeline_spec import parse_text
-from workbench.runners import ort_runner, tvm_runner
+from workbench.passes.pipeline import count_ops, run_pipeline
+from workbench.passes.pipeline_spec import parse_text
+from workbench.measure.runners import ort_runner, tvm_runner
 
 
 def inputs_for(model, seed=0):

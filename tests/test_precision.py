@@ -7,16 +7,16 @@ import pytest
 import tvm
 from tvm import relax
 
-from workbench.build import build_lowered
+from workbench.compile.build import build_lowered
 from workbench.errors import UserError
 from workbench.models import zoo
 from workbench.models.canonicalize import InputSpec, canonicalize
 from workbench.models.importer import import_to_relax
 from workbench.models.sources import resolve_source
 from workbench.passes import calibration
-from workbench.pipeline import run_pipeline
-from workbench.pipeline_spec import parse_text
-from workbench.runners import tvm_runner
+from workbench.passes.pipeline import run_pipeline
+from workbench.passes.pipeline_spec import parse_text
+from workbench.measure.runners import tvm_runner
 
 RAPIDOCR_CLS = "pkg:rapidocr-onnxruntime==1.4.4/rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"
 

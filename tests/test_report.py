@@ -4,7 +4,7 @@ import matplotlib.image
 from rich.console import Console
 
 from test_results import sample_result
-from workbench.report import console_table, latency_chart, latency_figure, summary_rows, write_report
+from workbench.record.report import console_table, latency_chart, latency_figure, summary_rows, write_report
 
 
 def _render(table) -> str:

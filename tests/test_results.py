@@ -10,7 +10,7 @@ import pytest
 
 from workbench.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from workbench.errors import UserError
-from workbench.results import ROW_COLUMNS, SCHEMA_VERSION, ResultsStore
+from workbench.record.store import ROW_COLUMNS, SCHEMA_VERSION, ResultsStore
 
 
 def sample_result(name="exp", workbench_ms=2.0):

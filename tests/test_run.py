@@ -69,7 +69,7 @@ def test_user_errors_exit_2_with_one_message(tmp_path, capsys, args, fragment):
 @pytest.mark.parametrize("config", sorted(Path("configs").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_shipped_config_validates_with_known_passes(config):
     from workbench.config import load_experiment
-    from workbench.pipeline import build_passes
+    from workbench.passes.pipeline import build_passes
 
     experiment = load_experiment(config)
     assert build_passes(experiment.pipeline)

@@ -21,12 +21,12 @@ import yaml
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
-from workbench.build import build_lowered
+from workbench.compile.build import build_lowered
 from workbench.cli import main
 from workbench.config import TuningConfig, load_experiment
 from workbench.errors import UserError
-from workbench.pipeline import run_pipeline
-from workbench.tune import (MS_LOGGER, XGB_WARMUP_SAMPLES, extract_tasks, make_builder, make_cost_model, make_runner,
+from workbench.passes.pipeline import run_pipeline
+from workbench.compile.tune import (MS_LOGGER, XGB_WARMUP_SAMPLES, extract_tasks, make_builder, make_cost_model, make_runner,
                             open_database, tune_context, tune_tasks, tuning_module, tuning_target)
 
 RECORDS = "database_tuning_record.json"

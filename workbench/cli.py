@@ -29,7 +29,7 @@ stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 def cmd_run(args: argparse.Namespace) -> int:
     from workbench.config import load_experiment
     from workbench.experiment import run_experiment
-    from workbench.report import console_table
+    from workbench.record.report import console_table
 
     overrides = list(args.set or [])
     if args.pipeline is not None:
@@ -46,7 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from workbench.config import load_experiment
-    from workbench.tune_run import tune_experiment
+    from workbench.compile.tune_run import tune_experiment
 
     experiment = load_experiment(Path(args.config), list(args.set or []))
     args.log_dir = experiment.output_dir(Path.cwd())
@@ -79,7 +79,7 @@ def cmd_passes(_args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from workbench.report import console_table, write_report
+    from workbench.record.report import console_table, write_report
 
     folder = Path(args.run_dir)
     path = folder / "result.json" if folder.is_dir() else folder

@@ -15,9 +15,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
 
-from workbench import pipeline_spec
+from workbench.passes import pipeline_spec
 from workbench.errors import UserError
-from workbench.pipeline_spec import PassSpec
+from workbench.passes.pipeline_spec import PassSpec
 
 BASELINES = ("ort_all", "ort_none", "tvm_default", "tvm_unoptimized")  # the default list
 # `iree` needs an extra (pip install -e '.[iree]'), so it is measured only when listed by name.

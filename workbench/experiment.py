@@ -22,24 +22,24 @@ import onnx
 import tvm_ffi
 from rich.console import Console
 
-from workbench import pipeline_spec
-from workbench.accuracy import compare
+from workbench.passes import pipeline_spec
+from workbench.measure.accuracy import compare
 from workbench.atomic import atomic_write_bytes, atomic_write_json
-from workbench.build import Built, build_lowered, build_tvm_default
+from workbench.compile.build import Built, build_lowered, build_tvm_default
 from workbench.config import WORKBENCH_LABEL, Experiment
-from workbench.cuda_report import kernel_report
+from workbench.compile.cuda_report import kernel_report
 from workbench.errors import BaselineUnavailable, UserError
-from workbench.inputs import input_specs, make_inputs
-from workbench.iree_baseline import iree_runner, iree_version
+from workbench.measure.inputs import input_specs, make_inputs
+from workbench.measure.iree import iree_runner, iree_version
 from workbench.models.canonicalize import canonicalize
 from workbench.models.importer import import_to_relax
 from workbench.models.sources import resolve_source
-from workbench.pipeline import run_pipeline
-from workbench.report import write_report
-from workbench.results import ResultsStore
-from workbench.rpc import connect
-from workbench.runners import Runner, ort_runner, tvm_runner
-from workbench.targets import describe, device_for, is_cuda, make_target
+from workbench.passes.pipeline import run_pipeline
+from workbench.record.report import write_report
+from workbench.record.store import ResultsStore
+from workbench.measure.rpc import connect
+from workbench.measure.runners import Runner, ort_runner, tvm_runner
+from workbench.compile.targets import describe, device_for, is_cuda, make_target
 
 
 @contextmanager
@@ -178,7 +178,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
 
     database = None
     if experiment.tuning is not None:  # MetaSchedule is imported only by runs that use it
-        from workbench.tune import open_database
+        from workbench.compile.tune import open_database
 
         if not experiment.tuning.tune:  # a missing database is reported before any long work
             database = open_database(experiment.database_dir(base_dir), create=False)
@@ -195,7 +195,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         optimized, records = run_pipeline(imported, experiment.pipeline, target, dump_ir)
         result["passes"] = [vars(record) for record in records]
     if experiment.tuning is not None and experiment.tuning.tune:
-        from workbench.tune_run import tune_optimized
+        from workbench.compile.tune_run import tune_optimized
 
         result["tuning_trials"] = [r.as_dict() for r in tune_optimized(optimized, target, experiment, base_dir,
                                                                         console)]

@@ -44,11 +44,11 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationError
 
-from workbench import pipeline_spec
+from workbench.passes import pipeline_spec
 from workbench.atomic import atomic_write_json
 from workbench.config import Experiment, Strict, _describe, apply_override, read_yaml, validate
 from workbench.errors import UserError
-from workbench.pipeline_spec import PassSpec
+from workbench.passes.pipeline_spec import PassSpec
 
 SWEEP_MARKER = "sweep.json"
 STORE_NAME = "results.sqlite"
@@ -247,7 +247,7 @@ class SweepStore:
     are written in one transaction, so a kill at any moment leaves no run that no variant refers to."""
 
     def __init__(self, path: Path):
-        from workbench.results import ResultsStore
+        from workbench.record.store import ResultsStore
 
         self.results = ResultsStore(path)
         self.db = self.results.db
@@ -407,12 +407,12 @@ def _ir_key(config: dict) -> str:
 def _structural_hash(experiment: Experiment, base_dir: Path, cache: dict) -> tuple[str, tuple]:
     import tvm_ffi
 
-    from workbench.inputs import input_specs
+    from workbench.measure.inputs import input_specs
     from workbench.models.canonicalize import canonicalize
     from workbench.models.importer import import_to_relax
     from workbench.models.sources import resolve_source
-    from workbench.pipeline import run_pipeline
-    from workbench.targets import make_target
+    from workbench.passes.pipeline import run_pipeline
+    from workbench.compile.targets import make_target
 
     key = json.dumps(experiment.model.model_dump(mode="json"), sort_keys=True)
     if key not in cache:

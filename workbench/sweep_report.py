@@ -48,7 +48,7 @@ def _load(folder: Path) -> tuple[dict, list[dict], dict[int, dict]]:
 
 
 def _ci_over_repeats(medians: list[float]) -> tuple[float, float]:
-    from workbench.measure import median_ci95
+    from workbench.measure.timing import median_ci95
 
     return median_ci95(np.asarray(medians, dtype=float))
 
@@ -202,7 +202,7 @@ def _markdown(header: list[str], rows: list[list[str]]) -> str:
 def write_csv(folder: Path, rows: list[dict], failed: list[dict]) -> tuple[Path, Path]:
     import csv
 
-    from workbench.results import ResultsStore
+    from workbench.record.store import ResultsStore
 
     buffer = io.StringIO()
     columns = ["rank", "class_id", "pipeline_text", "equivalent", "grid", "repeats", "median_ms", "ci_low", "ci_high",

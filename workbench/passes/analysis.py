@@ -16,7 +16,7 @@ import tvm
 from tvm import relax
 
 from workbench.passes.registry import register
-from workbench.pipeline import count_kernels, count_ops, report_analysis
+from workbench.passes.pipeline import count_kernels, count_ops, report_analysis
 
 _PLANNER = "StaticPlanBlockMemory"
 
@@ -27,7 +27,7 @@ def _target(target: tvm.target.Target | None) -> tvm.target.Target:
 
 def lower_copy(mod: tvm.IRModule, target: tvm.target.Target | None = None) -> tuple[tvm.IRModule, tvm.IRModule]:
     """(module right after memory planning, fully lowered module), lowered as build_lowered does."""
-    from workbench.build import _lowering_passes  # build imports pipeline; keep the import lazy
+    from workbench.compile.build import _lowering_passes  # build imports pipeline; keep the import lazy
 
     target = _target(target)
     passes = _lowering_passes(target)

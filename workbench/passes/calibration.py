@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.accuracy import compare
+from workbench.measure.accuracy import compare
 from workbench.errors import UserError
-from workbench.inputs import DEFAULT_RANGES
+from workbench.measure.inputs import DEFAULT_RANGES
 
 METHODS = ("minmax", "percentile", "entropy")
 INT8_MAX = 127

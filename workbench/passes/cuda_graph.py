@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tvm
 
-from workbench.build import CUDA_GRAPH_ATTR
+from workbench.compile.build import CUDA_GRAPH_ATTR
 from workbench.errors import UserError
 from workbench.passes.registry import register
 

@@ -8,7 +8,7 @@ from tvm import relax
 
 from workbench.errors import UserError
 from workbench.passes.registry import register
-from workbench.pipeline import count_ops, report_analysis
+from workbench.passes.pipeline import count_ops, report_analysis
 
 # op -> data layout -> the kernel layout we pair with it (one TVM's legalization builds on llvm)
 DESIRED: dict[str, dict[str, str]] = {

@@ -15,7 +15,7 @@ import tvm
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from workbench.errors import UserError
-from workbench.pipeline_spec import PassSpec
+from workbench.passes.pipeline_spec import PassSpec
 
 FAMILIES = ("fusion", "folding", "cleanup", "layout", "precision", "analysis")
 

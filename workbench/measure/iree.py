@@ -22,7 +22,7 @@ import onnx
 from onnx import version_converter
 
 from workbench.errors import BaselineUnavailable
-from workbench.runners import Runner
+from workbench.measure.runners import Runner
 
 LABEL = "iree"
 INSTALL_HINT = "install with pip install -e '.[iree]'"

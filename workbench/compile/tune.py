@@ -44,7 +44,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
 
 from workbench.atomic import atomic_write_json
-from workbench.build import legalized
+from workbench.compile.build import legalized
 from workbench.config import TuningConfig
 from workbench.errors import UserError
 
@@ -198,7 +198,7 @@ def make_cost_model(config: TuningConfig, num_cores: int) -> ms.cost_model.CostM
 def make_runner(config: TuningConfig, target: tvm.target.Target) -> ms.runner.Runner:
     """Where candidates run: this machine, or a device from the RPC tracker (checked first: fail fast)."""
     if config.runner == "rpc":
-        from workbench.rpc import check_tracker
+        from workbench.measure.rpc import check_tracker
 
         check_tracker(config.rpc)
         host, port = config.rpc.address

@@ -18,10 +18,10 @@ import onnxruntime as ort
 import tvm
 from tvm import relax, rpc
 
-from workbench.build import Built
+from workbench.compile.build import Built
 from workbench.errors import BaselineUnavailable
-from workbench.measure import Timing, summarize, time_call
-from workbench.targets import device_for
+from workbench.measure.timing import Timing, summarize, time_call
+from workbench.compile.targets import device_for
 
 
 @dataclass

@@ -27,7 +27,7 @@ from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.relax.backend.cuda import pipeline as cuda_backend
 
-from workbench.pipeline import count_kernels
+from workbench.passes.pipeline import count_kernels
 
 
 @dataclass

@@ -23,7 +23,7 @@ from tvm import relax
 from workbench.atomic import atomic_write_text
 from workbench.errors import UserError
 from workbench.passes.registry import lookup
-from workbench.pipeline_spec import PassSpec
+from workbench.passes.pipeline_spec import PassSpec
 
 # A UserError raised inside any Python pass crosses TVM's FFI (Sequential -> module_pass); registered here,
 # where every pass runs, it comes back out of run_pipeline as a UserError instead of a RuntimeError.

@@ -12,13 +12,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from workbench.config import Experiment, TuningConfig
-from workbench.inputs import input_specs
+from workbench.measure.inputs import input_specs
 from workbench.models.canonicalize import canonicalize
 from workbench.models.importer import import_to_relax
 from workbench.models.sources import resolve_source
-from workbench.pipeline import run_pipeline
-from workbench.targets import make_target
-from workbench.tune import TaskResult, extract_tasks, tune_tasks, tuning_module
+from workbench.passes.pipeline import run_pipeline
+from workbench.compile.targets import make_target
+from workbench.compile.tune import TaskResult, extract_tasks, tune_tasks, tuning_module
 
 
 def tuning_config(experiment: Experiment) -> TuningConfig:

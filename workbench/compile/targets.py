@@ -26,7 +26,7 @@ def make_target(spec: TargetConfig) -> tvm.target.Target:
 
     A cuda target needs nvcc (to write the PTX and the kernel report): checked here, before any long work."""
     if spec.kind == "cuda":
-        from workbench.cuda_report import require_nvcc
+        from workbench.compile.cuda_report import require_nvcc
 
         require_nvcc()
         limits = dict(tvm.target.Target(CUDA_TAGS[spec.arch]).attrs)

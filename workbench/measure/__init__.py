@@ -1,0 +1,1 @@
+"""Running builds and baselines: inputs, runners (TVM, ONNX Runtime, IREE), timing statistics, accuracy, RPC."""
