@@ -23,13 +23,15 @@ from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.build import build_lowered
 from workbench.cli import main
-from workbench.config import TuningConfig, load_experiment
+from workbench.compile.targets import make_target, target_key
+from workbench.config import TargetConfig, TuningConfig, load_experiment
 from workbench.errors import UserError
 from workbench.passes.pipeline import run_pipeline
 from workbench.compile.tune import (MS_LOGGER, XGB_WARMUP_SAMPLES, extract_tasks, make_builder, make_cost_model, make_runner,
                             open_database, tune_context, tune_tasks, tuning_module, tuning_target)
 
 RECORDS = "database_tuning_record.json"
+HOST_KEY = target_key(make_target(TargetConfig()))  # llvm-<this machine's CPU>
 
 
 def record_lines(database: Path) -> list[str]:
@@ -86,6 +88,25 @@ def test_tuning_trains_xgboost_and_the_tuned_build_matches_the_untuned_one(tuned
     for built in (tuned_build, untuned):
         vm = relax.VirtualMachine(built.executable, tvm.cpu())
         outputs.append(vm["main"](tvm.runtime.tensor(x)).numpy())
+    np.testing.assert_allclose(outputs[0], outputs[1], atol=1e-4, rtol=0)
+
+
+@pytest.mark.slow
+def test_weight_layout_rewrite_prepacks_the_tuned_kernels_weights_once_and_keeps_the_numbers(optimized, llvm, tmp_path):
+    """Layout-free weights marked before extraction, the rewrite tuned, then folded at build time: the tuned conv
+    reads a pre-packed weight (its rewrite block split off and folded away) and computes the same outputs."""
+    tasks = extract_tasks(tuning_module(optimized, llvm, layout_rewrite=True), llvm)
+    config = TuningConfig(trials=8, trials_per_task=8, trials_per_iter=8, cost_model="random", layout_rewrite=True)
+    results = tune_tasks(tasks, llvm, config, tmp_path / "db", tmp_path / "logs")
+    heaviest = results[0].name
+    built = build_lowered(optimized, llvm, open_database(tmp_path / "db", create=False), layout_rewrite=True)
+    assert built.tuning["covered"] == [heaviest]
+    kernels = {gv.name_hint: func for gv, func in built.lowered.functions.items() if isinstance(func, tvm.tirx.PrimFunc)}
+    assert f"{heaviest}_prepacked" in kernels and heaviest not in kernels
+    assert "layout_rewrite_preproc" not in built.lowered.script()  # computed at build time, not per run
+    x = np.random.default_rng(0).random((1, 3, 64, 64), dtype=np.float32)
+    outputs = [relax.VirtualMachine(b.executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+               for b in (built, build_lowered(optimized, llvm))]
     np.testing.assert_allclose(outputs[0], outputs[1], atol=1e-4, rtol=0)
 
 
@@ -148,8 +169,8 @@ def start_tune_and_wait_for_records(config: Path, database: Path) -> subprocess.
 
 @pytest.mark.slow
 def test_database_survives_sigkill_and_the_next_tune_resumes(tmp_path):
-    database = tmp_path / "db"
-    config = write_config(tmp_path, database, trials=8, trials_per_task=8, trials_per_iter=4)
+    config = write_config(tmp_path, tmp_path / "db", trials=8, trials_per_task=8, trials_per_iter=4)
+    database = tmp_path / "db" / HOST_KEY  # a root gets one folder per resolved target
     proc = start_tune_and_wait_for_records(config, database)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -164,8 +185,8 @@ def test_database_survives_sigkill_and_the_next_tune_resumes(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_exits_130_and_keeps_the_records(tmp_path):
-    database = tmp_path / "db"
-    config = write_config(tmp_path, database, trials=8, trials_per_task=8, trials_per_iter=2)
+    config = write_config(tmp_path, tmp_path / "db", trials=8, trials_per_task=8, trials_per_iter=2)
+    database = tmp_path / "db" / HOST_KEY
     proc = start_tune_and_wait_for_records(config, database)
     kept = record_lines(database)
     proc.send_signal(signal.SIGINT)

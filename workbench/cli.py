@@ -36,12 +36,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides.append(f"pipeline={json.dumps(args.pipeline)}")
     experiment = load_experiment(Path(args.config), overrides)
     args.log_dir = experiment.output_dir(Path.cwd())
-    result = run_experiment(experiment, Path.cwd(), stderr, Path(args.dump_ir) if args.dump_ir else None)
+    result = run_experiment(experiment, Path.cwd(), stderr, Path(args.dump_ir) if args.dump_ir else None,
+                            config_path=Path(args.config))
     stdout.print(console_table(result))
     out_dir = experiment.output_dir(Path.cwd())
     stdout.print(f"Wrote {out_dir / 'result.json'}, {out_dir / 'report.md'}; "
                  f"store {experiment.results_path(Path.cwd())} (run {result['run_id']})")
     return 0
+
+
+def _shown(path: Path) -> str:
+    """A path as the user would type it: relative to the working directory when it lies inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -50,8 +59,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     experiment = load_experiment(Path(args.config), list(args.set or []))
     args.log_dir = experiment.output_dir(Path.cwd())
-    results = tune_experiment(experiment, Path.cwd(), stderr)
-    table = Table(title=f"{experiment.name}: tuning database {experiment.database_dir(Path())}")
+    results, database = tune_experiment(experiment, Path.cwd(), stderr)
+    table = Table(title=f"{experiment.name}: tuning database {_shown(database)}")
     for column in ("task", "uses", "trials (before + now) / budget", "best µs", "note"):
         table.add_column(column)
     for r in results:
@@ -60,7 +69,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         table.add_row(r.name, str(r.weight), f"{r.trials_before} + {r.trials_run} / {r.budget}", best, note)
     stdout.print(table)
     stdout.print(f"Measured {sum(r.trials_run for r in results)} new trials; "
-                 f"database {experiment.database_dir(Path())}")
+                 f"database {_shown(database)}")
     return 0
 
 

@@ -74,7 +74,8 @@ class TargetConfig(Strict):
     (A100 sm_80, RTX 30xx/A10 sm_86, RTX 40xx/L4 sm_89, H100/H200 sm_90), its host code built for `host`."""
 
     kind: Literal["llvm", "cuda"] = "llvm"
-    mcpu: str | None = None
+    mcpu: str | None = Field(default=None, description="llvm only: the LLVM CPU to compile for; default (or `host`) "
+                                                       "this machine's, `generic` for baseline x86-64")
     num_cores: PositiveInt | None = None
     arch: CudaArch | None = Field(default=None, description="cuda only: the GPU's compute capability")
     host: Literal["llvm"] | None = Field(default=None, description="cuda only: where the host code runs (llvm)")
@@ -86,6 +87,8 @@ class TargetConfig(Strict):
             raise ValueError(f"a cuda target needs `arch`, one of {valid} (e.g. arch: sm_90 for an H100)")
         if self.kind != "cuda" and (self.arch or self.host):
             raise ValueError(f"`arch` and `host` are for kind: cuda only (kind is {self.kind!r})")
+        if self.kind == "cuda" and self.mcpu:
+            raise ValueError("`mcpu` is for kind: llvm only (a cuda target's CPU side is its `host`)")
         return self
 
 
@@ -134,8 +137,11 @@ class TuningConfig(Strict):
     trials_per_iter: PositiveInt = Field(
         default=8, description="candidates measured per search round; the cost model retrains after each")
     cost_model: Literal["xgb", "random"] = "xgb"
-    database: Path | None = Field(default=None, description="schedule database folder; default "
-                                                            "schedules/<name>/<target kind>")
+    database: Path | None = Field(default=None, description="schedule database root, one folder per resolved target "
+                                                            "inside (<root>/llvm-znver3); default schedules/<name>")
+    layout_rewrite: bool = Field(default=False, description="let MetaSchedule rewrite constant weights into the "
+                                                            "layout each tuned kernel reads best, computed once at "
+                                                            "build time (llvm)")
     runner: Literal["local", "rpc"] = Field(default="local", description="where candidates are measured")
     rpc: RpcConfig | None = Field(default=None, description="the tracker and device key (runner: rpc)")
     seed: int = 0
@@ -190,10 +196,10 @@ class Experiment(Strict):
         """The run folder, relative paths taken from `base_dir` (the working directory)."""
         return base_dir / (self.output or Path("runs") / self.name)
 
-    def database_dir(self, base_dir: Path) -> Path:
-        """The tuning database folder: `tuning.database`, or schedules/<name>/<target kind>."""
+    def database_root(self, base_dir: Path) -> Path:
+        """The tuning database root (`tuning.database`, or schedules/<name>), one folder per target inside."""
         configured = self.tuning.database if self.tuning else None
-        return base_dir / (configured or Path("schedules") / self.name / self.target.kind)
+        return base_dir / (configured or Path("schedules") / self.name)
 
     def results_path(self, base_dir: Path) -> Path:
         return base_dir / self.results if self.results else self.output_dir(base_dir).parent / "results.sqlite"

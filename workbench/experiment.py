@@ -39,7 +39,8 @@ from workbench.record.report import write_report
 from workbench.record.store import ResultsStore
 from workbench.measure.rpc import connect
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
-from workbench.compile.targets import describe, device_for, is_cuda, make_target
+from workbench.compile.targets import (GENERIC_CPU, describe, device_for, is_cuda, make_target, resolved,
+                                      target_key)
 
 
 @contextmanager
@@ -75,12 +76,13 @@ def _cached(builds: dict | None, recipe, mod, target):
     return builds[key]
 
 
-def _workbench_build(optimized, target, library: Path, builds: dict | None, database=None):
+def _workbench_build(optimized, target, library: Path, builds: dict | None, database=None,
+                     layout_rewrite: bool = False):
     """Build the optimized module (with `database`'s tuned schedules) and export it to `library`; with `builds`,
     a structurally equal module's build is reused and its library copied, not emitted again. Tuned builds
     are never reused: the database may have grown since."""
     if database is not None:
-        built = build_lowered(optimized, target, database)
+        built = build_lowered(optimized, target, database, layout_rewrite)
         built.export(library)
         return built
     built = _cached(builds, build_lowered, optimized, target)
@@ -131,7 +133,7 @@ def _runner(label: str, built: Built | None, canonical: onnx.ModelProto, inputs:
         return tvm_runner(label, built, inputs, target, place.session, library)
     if label == "iree":
         return iree_runner(canonical, inputs, out_dir, target.kind.name, arch=target.attrs.get("arch"),
-                           cpu=target.attrs.get("mcpu"))
+                           cpu=target.attrs.get("mcpu", GENERIC_CPU))
     optimized = out_dir / "ort_all.optimized.onnx" if label == "ort_all" else None
     return ort_runner(label, canonical, inputs, optimized_path=optimized)
 
@@ -152,13 +154,23 @@ def _not_measured(note: str) -> dict:
     return {"median_ms": None, "p90_ms": None, "repeats": 0, "note": note}
 
 
+def _chosen_database(experiment: Experiment, base_dir: Path, target, config_path: Path | None):
+    """The tuning database folder this run applies (see compile/databases.py), checked before any long work."""
+    from workbench.compile.databases import choose_database
+
+    hint = f"workbench tune {config_path or 'CONFIG'}"
+    return choose_database(experiment.database_root(base_dir), target, hint)
+
+
 def run_experiment(experiment: Experiment, base_dir: Path, console: Console | None = None,
-                   dump_ir: Path | None = None, store: bool = True, builds: dict | None = None) -> dict:
+                   dump_ir: Path | None = None, store: bool = True, builds: dict | None = None,
+                   config_path: Path | None = None) -> dict:
     """Run the experiment, write its files and (with `store`) its store row; return the result dict.
 
     A sweep passes store=False (its parent process adds the row together with the variants it measures)
     and one `builds` dict for all runs of a worker: a TVM baseline, or an optimized module equal to one
-    built before (another seed, another repeat), is compiled once per worker and measured afresh in each run."""
+    built before (another seed, another repeat), is compiled once per worker and measured afresh in each run.
+    `config_path` is only shown, in the command that would tune this experiment when no database fits."""
     console = console or Console(stderr=True)
     out_dir = _writable_output(experiment.output_dir(base_dir))
     target = make_target(experiment.target)
@@ -169,6 +181,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": experiment.model.model_dump(mode="json", exclude_none=True),
         "target": describe(experiment.target),
+        "target_resolved": resolved(target),
         "pipeline": [spec.to_yaml() for spec in experiment.pipeline],
         "pipeline_text": pipeline_spec.to_text(experiment.pipeline),
         "reference": experiment.accuracy.reference,
@@ -176,12 +189,14 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         "provenance": provenance(experiment),
     }
 
-    database = None
-    if experiment.tuning is not None:  # MetaSchedule is imported only by runs that use it
+    tuning = experiment.tuning
+    database, choice = None, None
+    if tuning is not None:  # MetaSchedule is imported only by runs that use it
         from workbench.compile.tune import open_database
 
-        if not experiment.tuning.tune:  # a missing database is reported before any long work
-            database = open_database(experiment.database_dir(base_dir), create=False)
+        if not tuning.tune:  # a missing database is reported before any long work
+            choice = _chosen_database(experiment, base_dir, target, config_path)
+            database = open_database(choice.path, create=False) if choice.path is not None else None
     with step(console, f"Loading {experiment.model.source}"):
         source_model = resolve_source(experiment.model.source, base_dir, experiment.model.cache_dir)
         canonical = canonicalize(source_model, input_specs(experiment.model, base_dir))
@@ -194,18 +209,22 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     with step(console, f"Running pipeline [bold]{result['pipeline_text'] or '(empty)'}[/]"):
         optimized, records = run_pipeline(imported, experiment.pipeline, target, dump_ir)
         result["passes"] = [vars(record) for record in records]
-    if experiment.tuning is not None and experiment.tuning.tune:
+    if tuning is not None and tuning.tune:
         from workbench.compile.tune_run import tune_optimized
 
-        result["tuning_trials"] = [r.as_dict() for r in tune_optimized(optimized, target, experiment, base_dir,
-                                                                        console)]
-        database = open_database(experiment.database_dir(base_dir), create=False)
-    with step(console, f"Building workbench for {target.kind.name}"
-                       + (" with tuned schedules" if database is not None else "")):
+        trials, _folder = tune_optimized(optimized, target, experiment, base_dir, console)
+        result["tuning_trials"] = [r.as_dict() for r in trials]
+        choice = _chosen_database(experiment, base_dir, target, config_path)
+        database = open_database(choice.path, create=False)
+    with step(console, f"Building workbench for {target_key(target)}"
+                       + (f" with tuned schedules ({choice.tuned_for})" if database is not None else "")):
         library = out_dir / "workbench.so"
-        built = _workbench_build(optimized, target, library, builds, database)
-        if built.tuning is not None:
-            result["tuning"] = {"database": str(experiment.database_dir(Path())), **built.tuning}
+        layout_rewrite = tuning is not None and tuning.layout_rewrite
+        built = _workbench_build(optimized, target, library, builds, database, layout_rewrite)
+    if choice is not None:
+        result["tuning"] = {**choice.as_dict(), "layout_rewrite": layout_rewrite, **(built.tuning or {})}
+        if choice.note:
+            console.print(f"[yellow]![/] {choice.note}")
 
     labels = [WORKBENCH_LABEL, *experiment.baselines, *(["ort_cuda"] if is_cuda(target) else [])]
     outputs: dict[str, list[np.ndarray]] = {}

@@ -11,8 +11,8 @@ right after legalization, for any target; kernels it has no record for keep the 
 - `tvm_default`: TVM's own default pipeline for the target (legalize, fold, fuse, lower);
 - `tvm_unoptimized`: legalize only, no folding or fusion, then lower.
 
-A tuned schedule database (MetaSchedule) is applied to the workbench build as one separate step
-right after legalization, for any target; kernels it has no record for keep the default schedule.
+With `layout_rewrite`, tuned kernels read their constant weights in the layout MetaSchedule chose
+for them; the weights are rewritten once, at build time.
 """
 
 from __future__ import annotations
@@ -64,10 +64,19 @@ def _schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
                                     dl.gpu.Fallback())]
 
 
-def _legalize_passes(target: tvm.target.Target, tuned: bool) -> list[tvm.transform.Pass]:
-    """Library dispatch, legalize what is left to TIR, and (with a database) apply its tuned schedules."""
+def _legalize_passes(target: tvm.target.Target, tuned: bool, layout_rewrite: bool = False) -> list[tvm.transform.Pass]:
+    """Library dispatch, legalize what is left to TIR, (for weight layout rewriting) mark the constant weights
+    each kernel reads as layout-free, and (with a database) apply its tuned schedules."""
     return (_backend(target).library_dispatch_passes(target) + [relax.transform.LegalizeOps()]
+            + ([relax.transform.AttachAttrLayoutFreeBuffers()] if layout_rewrite else [])
             + ([relax.transform.MetaScheduleApplyDatabase()] if tuned else []))
+
+
+def _weight_layout_passes() -> list[tvm.transform.Pass]:
+    """A tuned kernel that reads its weight in another layout starts with a rewrite block: split it into a
+    function of its own and fold it on the constant weight, so the rewrite is computed once, at build time."""
+    return [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant(),
+            relax.transform.DeadCodeElimination()]
 
 
 def _tail_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
@@ -104,24 +113,25 @@ def _compiled(lowered: tvm.IRModule, target: tvm.target.Target, tuning: dict | N
     return Built(executable, lowered, count_kernels(lowered), tuning)
 
 
-def legalized(mod: tvm.IRModule, target: tvm.target.Target, database=None) -> tvm.IRModule:
+def legalized(mod: tvm.IRModule, target: tvm.target.Target, database=None, layout_rewrite: bool = False) -> tvm.IRModule:
     """`mod` dispatched, legalized to TIR and (with a database) given its tuned schedules: the build's kernels
-    before GPU scheduling and lowering. Tuning extracts its tasks from `legalized(mod, target)`, so their
-    workloads are these kernels exactly."""
+    before GPU scheduling and lowering. Tuning extracts its tasks from `legalized(mod, target, layout_rewrite=...)`,
+    so their workloads are these kernels exactly (the layout-free marks included)."""
     with target:  # MetaScheduleApplyDatabase reads the current target when it is created
-        passes = tvm.transform.Sequential(_legalize_passes(target, tuned=database is not None))
+        passes = tvm.transform.Sequential(_legalize_passes(target, database is not None, layout_rewrite))
     with _build_context(mod, target, database):
         return passes(mod)
 
 
-def build_lowered(mod: tvm.IRModule, target: tvm.target.Target, database=None) -> Built:
+def build_lowered(mod: tvm.IRModule, target: tvm.target.Target, database=None, layout_rewrite: bool = False) -> Built:
     """Build a module whose graph-level passes already ran (the workbench and tvm_unoptimized recipes).
 
-    `database` (a MetaSchedule database) supplies tuned schedules for the kernels it has records for.
+    `database` (a MetaSchedule database) supplies tuned schedules for the kernels it has records for; with
+    `layout_rewrite` the tuned kernels may read their constant weights pre-packed (see `_weight_layout_passes`).
     """
-    scheduled = legalized(mod, target, database)
+    scheduled = legalized(mod, target, database, layout_rewrite)
     with target:
-        lower = tvm.transform.Sequential(_tail_passes(target))
+        lower = tvm.transform.Sequential((_weight_layout_passes() if layout_rewrite else []) + _tail_passes(target))
     with _build_context(mod, target, database):
         lowered = lower(scheduled)
     return _compiled(lowered, target, tuning_coverage(scheduled) if database is not None else None)

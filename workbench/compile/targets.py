@@ -1,5 +1,12 @@
 """Target specs from the config -> `tvm.target.Target` and the device to run on.
 
+An llvm target means this machine's CPU unless it says otherwise: without `mcpu` (or with
+`mcpu: host`) the CPU is LLVM's name for the host (e.g. znver3), so the code uses its vector
+units (AVX2, AVX-512, FMA) as ONNX Runtime's run-time kernel selection does; `mcpu: generic` opts
+out (baseline x86-64: SSE2 only) and any other LLVM CPU name cross-compiles for that CPU.
+`target_key` names the resolved target (`llvm-znver3`, `cuda-sm_90`): tuning databases are kept
+per key, since schedules tuned for one CPU are not the best for another.
+
 A cuda target takes its limits (max_threads_per_block, max_shared_memory_per_block,
 thread_warp_size, registers_per_block, L2 size), which dlight and MetaSchedule schedule against,
 from TVM's tag of a representative GPU of that compute capability (`CUDA_TAGS`); `arch` stays the
@@ -9,8 +16,16 @@ configured one (the H100 tag says sm_90a, which the other sm_90 parts lack).
 from __future__ import annotations
 
 import tvm
+from tvm.target import codegen
 
 from workbench.config import CudaArch, TargetConfig
+from workbench.errors import UserError
+
+GENERIC_CPU = "generic"
+HOST_CPU = "host"
+# The LLVM CPU features that decide how fast the kernels can be (vector width, FMA, int8/fp16 dot products).
+VECTOR_FEATURES = ("sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni",
+                   "avxvnni", "avx512bf16", "avx512fp16", "amx-int8", "neon", "dotprod", "i8mm", "sve")
 
 CUDA_TAGS: dict[str, str] = {
     "sm_80": "nvidia/nvidia-a100",
@@ -32,11 +47,56 @@ def make_target(spec: TargetConfig) -> tvm.target.Target:
         limits = dict(tvm.target.Target(CUDA_TAGS[spec.arch]).attrs)
         return tvm.target.Target({**limits, "kind": "cuda", "arch": spec.arch}, host={"kind": spec.host or "llvm"})
     options: dict[str, object] = {"kind": spec.kind}
-    if spec.mcpu:
-        options["mcpu"] = spec.mcpu
+    mcpu = resolve_mcpu(spec.mcpu)
+    if mcpu is not None:
+        options["mcpu"] = mcpu
     if spec.num_cores:
         options["num-cores"] = spec.num_cores
     return tvm.target.Target(options)
+
+
+def host_cpu() -> str:
+    """LLVM's name for this machine's CPU (what `-mcpu=native` would pick), e.g. znver3, skylake-avx512."""
+    return str(codegen.llvm_get_system_cpu())
+
+
+def resolve_mcpu(mcpu: str | None) -> str | None:
+    """The LLVM CPU an llvm target compiles for: the host's by default, none for `generic`, or the one named
+    (checked against LLVM's list, so a typo fails here and not deep inside code generation)."""
+    if mcpu in (None, HOST_CPU):
+        return host_cpu()
+    if mcpu == GENERIC_CPU:
+        return None
+    if not codegen.llvm_is_valid_cpu(mcpu, codegen.llvm_get_system_triple()):
+        raise UserError(f"target.mcpu {mcpu!r}: LLVM does not know this CPU; use a name such as "
+                        f"{host_cpu()!r} (this machine), 'generic' (baseline x86-64), or leave mcpu out for the host")
+    return mcpu
+
+
+def target_key(target: tvm.target.Target) -> str:
+    """The resolved target in one word, the name of its tuning database folder: llvm-znver3, llvm-generic,
+    cuda-sm_90."""
+    if target.kind.name == "cuda":
+        return f"cuda-{target.attrs['arch']}"
+    return f"{target.kind.name}-{target.attrs.get('mcpu', GENERIC_CPU)}"
+
+
+def cpu_features(target: tvm.target.Target) -> list[str]:
+    """The vector features (VECTOR_FEATURES) the llvm target's code may use; empty for other kinds."""
+    if target.kind.name != "llvm":
+        return []
+    available = set(codegen.llvm_get_cpu_features(target))
+    return [feature for feature in VECTOR_FEATURES if feature in available]
+
+
+def resolved(target: tvm.target.Target) -> dict:
+    """What result.json records of the target actually built for: its key, CPU (llvm) or arch (cuda), the vector
+    features the code may use, and the host's CPU."""
+    llvm = target.kind.name == "llvm"
+    return {"key": target_key(target), "kind": target.kind.name,
+            "mcpu": str(target.attrs.get("mcpu", GENERIC_CPU)) if llvm else None,
+            "arch": None if llvm else str(target.attrs.get("arch")),
+            "features": cpu_features(target), "host_cpu": host_cpu()}
 
 
 def is_cuda(target: tvm.target.Target) -> bool:

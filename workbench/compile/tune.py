@@ -15,9 +15,9 @@ Choices that are not MetaSchedule's defaults, and why:
   round here, which dominates small budgets.
 - Importing `tvm.s_tir.tensor_intrin` costs ~50 s here (it parses every tensor intrinsic). MetaSchedule
   does it in every TuneContext and, by default, in every fresh builder worker (so builds time out).
-  The builder's `f_build` is `workbench_build`, which skips it; and where the rules use no tensor
-  intrinsic (generic x86-64 llvm; fp32 kernels on cuda, which get the plain CUDA rules instead of the
-  tensor-core ones MetaSchedule picks for sm_70+) the contexts are made without it.
+  The builder's `f_build` is `workbench_build`, which skips it; and kernels without low-precision
+  buffers get the plain rules of their target kind (llvm, cuda) instead of the VNNI/AVX-512 or
+  tensor-core ones MetaSchedule picks for CPUs and GPUs that have them, so their contexts need no import.
 - JSONDatabase appends each record as its batch is measured, so Ctrl-C or a kill loses only the batch
   being measured (a record line cut short by a kill is dropped when the database is opened again).
 - A task whose search space is used up (MetaSchedule finds no new candidate, e.g. a reshape with one
@@ -101,12 +101,13 @@ def tuning_target(target: tvm.target.Target) -> tvm.target.Target:
     return tvm.target.Target(options)
 
 
-def tuning_module(optimized: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+def tuning_module(optimized: tvm.IRModule, target: tvm.target.Target, layout_rewrite: bool = False) -> tvm.IRModule:
     """The pipeline's output as `build_lowered` has it before it applies the database (the build's own
     `legalized`): the tasks' workloads must match those kernels structurally, attributes included
-    (running AnnotateTIROpPattern here would tag fused kernels the build does not tag, and nothing would match).
+    (running AnnotateTIROpPattern here would tag fused kernels the build does not tag, and nothing would match;
+    with `layout_rewrite` the layout-free weight marks are part of the workload too).
     """
-    return legalized(optimized, target)
+    return legalized(optimized, target, layout_rewrite=layout_rewrite)
 
 
 def _drop_torn_lines(path: Path) -> None:
@@ -260,23 +261,18 @@ def _low_precision(task: ms.ExtractedTask) -> bool:
 
 
 def _space_generator(task: ms.ExtractedTask) -> ms.space_generator.SpaceGenerator | str:
-    """CUDA: MetaSchedule picks tensor-core (wmma) rules for sm_70+; only low-precision kernels can use them,
-    so fp32 kernels get the plain CUDA rules (which also spares the ~50 s tensor_intrin import)."""
-    if task.target.kind.name == "cuda" and not _low_precision(task):
-        return ms.space_generator.PostOrderApply(sch_rules="cuda", postprocs="cuda", mutator_probs="cuda")
+    """Kernels that cannot use tensor intrinsics (no fp16/bf16/int8 buffers) get the plain rules of their target
+    kind. MetaSchedule would pick tensor-core rules for CUDA sm_70+ and VNNI/AVX-512 rules for x86 CPUs that
+    have them: they help only low-precision kernels and need the ~50 s `tvm.s_tir.tensor_intrin` import."""
+    kind = task.target.kind.name
+    if kind in ("cuda", "llvm") and not _low_precision(task):
+        return ms.space_generator.PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs=kind)
     return "post-order-apply"
 
 
 def _needs_tensor_intrinsics(task: ms.ExtractedTask) -> bool:
-    """Generic x86-64 (no mcpu/mattr) and fp32 CUDA kernels have rules without tensor intrinsics; x86
-    avx512/vnni, ARM dot products and CUDA tensor cores use them."""
-    target = task.target
-    if target.kind.name == "cuda":
-        return _low_precision(task)
-    if target.kind.name != "llvm":
-        return True
-    triple = str(target.attrs.get("mtriple", "x86_64"))
-    return "mcpu" in target.attrs or "mattr" in target.attrs or not triple.startswith("x86_64")
+    """Only MetaSchedule's target-default rules (low-precision kernels, other target kinds) may use them."""
+    return isinstance(_space_generator(task), str)
 
 
 @contextmanager

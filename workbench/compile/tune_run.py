@@ -17,6 +17,7 @@ from workbench.models.canonicalize import canonicalize
 from workbench.models.importer import import_to_relax
 from workbench.models.sources import resolve_source
 from workbench.passes.pipeline import run_pipeline
+from workbench.compile.databases import tuning_folder
 from workbench.compile.targets import make_target
 from workbench.compile.tune import TaskResult, extract_tasks, tune_tasks, tuning_module
 
@@ -39,10 +40,12 @@ def _best(result: TaskResult) -> str:
 
 
 def tune_optimized(optimized: tvm.IRModule, target: tvm.target.Target, experiment: Experiment, base_dir: Path,
-                   console: Console) -> list[TaskResult]:
-    """Extract the tasks of the pipeline's output and tune them, one progress row per task."""
+                   console: Console) -> tuple[list[TaskResult], Path]:
+    """Extract the tasks of the pipeline's output and tune them into the database folder of `target`, one progress
+    row per task; return the per-task results and that folder."""
     config = tuning_config(experiment)
-    tasks = extract_tasks(tuning_module(optimized, target), target)
+    tasks = extract_tasks(tuning_module(optimized, target, config.layout_rewrite), target)
+    database = tuning_folder(experiment.database_root(base_dir), target)
     log_dir = experiment.output_dir(base_dir) / "tuning_logs"
     rows: dict[str, int] = {}
     columns = (TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
@@ -54,11 +57,11 @@ def tune_optimized(optimized: tvm.IRModule, target: tvm.target.Target, experimen
                 rows[result.name] = bar.add_task(result.name, total=result.budget, best=_best(result), note=note)
             bar.update(rows[result.name], completed=min(result.trials, result.budget), best=_best(result), note=note)
 
-        return tune_tasks(tasks, target, config, experiment.database_dir(base_dir), log_dir, progress=show)
+        return tune_tasks(tasks, target, config, database, log_dir, progress=show), database
 
 
-def tune_experiment(experiment: Experiment, base_dir: Path, console: Console) -> list[TaskResult]:
-    """`workbench tune`: load the model, run the pipeline, tune into the experiment's database."""
+def tune_experiment(experiment: Experiment, base_dir: Path, console: Console) -> tuple[list[TaskResult], Path]:
+    """`workbench tune`: load the model, run the pipeline, tune into the experiment's database for its target."""
     target = make_target(experiment.target)
     with console.status(f"Loading {experiment.model.source} and running the pipeline…"):
         optimized = optimized_module(experiment, base_dir, target)

@@ -41,9 +41,21 @@ def summary_rows(result: dict) -> list[dict]:
             "max_abs_err": accuracy.get("max_abs_err"),
             "ok": accuracy.get("ok"),
             "reference": label == result.get("reference"),
-            "note": figures.get("note") or accuracy.get("note"),
+            "note": figures.get("note") or accuracy.get("note")
+                    or (tuning_note(result["tuning"]) if label == WORKBENCH and result.get("tuning") else None),
         })
     return rows
+
+
+def tuning_note(tuning: dict) -> str:
+    """Which schedules the workbench build ran with: the database's target and its kernel coverage, or why
+    it is untuned (no database for this target, and the command that tunes it)."""
+    if tuning.get("match") == "none":
+        return tuning["note"]
+    covered = len(tuning.get("covered") or [])
+    total = covered + len(tuning.get("fallback") or [])
+    where = tuning.get("note") or f"tuned for {tuning.get('tuned_for') or tuning.get('database')}"
+    return f"{where}; {covered}/{total} kernels tuned" + (", weights pre-packed" if tuning.get("layout_rewrite") else "")
 
 
 def _number(value, fmt: str) -> str:
@@ -77,8 +89,18 @@ def _target_text(result: dict) -> str:
     return target if isinstance(target, str) else json.dumps(target, sort_keys=True)
 
 
+def _resolved_text(result: dict) -> str:
+    """'llvm-znver3 (sse4.2, avx, avx2, fma, f16c; host CPU znver3)': what the configured target resolved to."""
+    resolved = result.get("target_resolved")
+    if not resolved:
+        return "—"
+    features = ", ".join(resolved.get("features") or []) or "no vector extensions"
+    return f"{resolved['key']} ({features}; host CPU {resolved.get('host_cpu')})"
+
+
 def _heading(result: dict) -> str:
-    return f"{result['name']}: {result.get('pipeline_text') or '(empty pipeline)'} on {_target_text(result)}"
+    target = (result.get("target_resolved") or {}).get("key") or _target_text(result)
+    return f"{result['name']}: {result.get('pipeline_text') or '(empty pipeline)'} on {target}"
 
 
 def _cuda_cells(label: str, report: dict) -> list[str]:
@@ -213,7 +235,7 @@ def write_report(result: dict, out_dir: Path) -> Path:
     text = "\n\n".join([
         f"# {result['name']}",
         f"- model: `{model.get('source')}`, inputs `{json.dumps(model.get('inputs'))}`\n"
-        f"- target: `{_target_text(result)}`\n"
+        f"- target: `{_target_text(result)}`, built for {_resolved_text(result)}\n"
         f"- pipeline: `{result.get('pipeline_text') or '(empty)'}`\n"
         f"- accuracy reference: `{result.get('reference')}`",
         "## Latency and accuracy",
