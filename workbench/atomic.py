@@ -14,12 +14,23 @@ from pathlib import Path
 from typing import Any
 
 
+def _file_mode() -> int:
+    """The mode `open()` would give a new file (0o666 less the umask); mkstemp's own is 0o600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+FILE_MODE = _file_mode()
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
     """Replace `path` with `data` in one step, creating the parent folder; return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

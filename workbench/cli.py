@@ -1,4 +1,4 @@
-"""The `workbench` command: verbs run, tune, passes, report, sweep.
+"""The `workbench` command: verbs run, tune, profile, passes, report, sweep.
 
 Exit codes: 0 success, 2 a user mistake (one readable message; traceback only with --debug),
 1 an internal error (short message; the traceback goes to a log file), 130 interrupted.
@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable
 from datetime import datetime
@@ -45,6 +46,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    """`run` of the workbench build and ort_all only, with the per-kernel profile of both, into <output>/profile."""
+    from workbench.config import ProfileConfig, load_experiment
+    from workbench.experiment import run_experiment
+    from workbench.record.report import profile_table, summary_table
+
+    experiment = load_experiment(Path(args.config), list(args.set or []))
+    out_dir = experiment.output_dir(Path.cwd()) / "profile"
+    profile = (experiment.profile or ProfileConfig()).model_copy(update={"top": args.top} if args.top else {})
+    experiment = experiment.model_copy(update={
+        "baselines": ["ort_all"], "accuracy": experiment.accuracy.model_copy(update={"reference": "ort_all"}),
+        "output": out_dir, "profile": profile})
+    args.log_dir = out_dir
+    result = run_experiment(experiment, Path.cwd(), stderr, config_path=Path(args.config))
+    stdout.print(summary_table(result))
+    stdout.print(profile_table(result))
+    stdout.print(f"Wrote {_shown(out_dir / 'result.json')}, {_shown(out_dir / 'report.md')}")
+    return 0
+
+
 def _shown(path: Path) -> str:
     """A path as the user would type it: relative to the working directory when it lies inside it."""
     try:
@@ -59,7 +80,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     experiment = load_experiment(Path(args.config), list(args.set or []))
     args.log_dir = experiment.output_dir(Path.cwd())
+    started = time.monotonic()
     results, database = tune_experiment(experiment, Path.cwd(), stderr)
+    minutes = (time.monotonic() - started) / 60
     table = Table(title=f"{experiment.name}: tuning database {_shown(database)}")
     for column in ("task", "uses", "trials (before + now) / budget", "best µs", "note"):
         table.add_column(column)
@@ -68,7 +91,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         note = "search space used up" if r.exhausted else ("skipped: at budget" if r.trials_before >= r.budget else "")
         table.add_row(r.name, str(r.weight), f"{r.trials_before} + {r.trials_run} / {r.budget}", best, note)
     stdout.print(table)
-    stdout.print(f"Measured {sum(r.trials_run for r in results)} new trials; "
+    stdout.print(f"Measured {sum(r.trials_run for r in results)} new trials in {minutes:.1f} minutes; "
                  f"database {_shown(database)}")
     return 0
 
@@ -121,6 +144,13 @@ def make_parser() -> argparse.ArgumentParser:
     tune.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     tune.set_defaults(handler=cmd_tune)
 
+    profile = verbs.add_parser("profile", help="per-kernel time of the workbench build next to ONNX Runtime's "
+                                                "per-node time (writes <output>/profile/)")
+    profile.add_argument("config", help="experiment YAML file")
+    profile.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
+    profile.add_argument("--top", type=int, metavar="N", help="kernels shown per side (default 10)")
+    profile.set_defaults(handler=cmd_profile)
+
     passes = verbs.add_parser("passes", help="list the registered passes with their parameters")
     passes.set_defaults(handler=cmd_passes)
 
@@ -130,7 +160,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     report.set_defaults(handler=sweep_verb.report_dispatch(cmd_report))  # a sweep folder gets the sweep report
     sweep = sweep_verb.add_parser(verbs)
-    for sub in (run, tune, passes, report, sweep):
+    for sub in (run, tune, profile, passes, report, sweep):
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return parser
 

@@ -154,6 +154,14 @@ class TuningConfig(Strict):
         return self
 
 
+class ProfileConfig(Strict):
+    """Per-kernel time of the workbench build next to ONNX Runtime's per-node time (`workbench profile`)."""
+
+    top: PositiveInt = Field(default=10, description="kernels shown per side; the rest are summed as 'other'")
+    warmup: int = Field(default=2, ge=0)
+    runs: PositiveInt = Field(default=10, description="profiled inferences; figures are means per inference")
+
+
 class Experiment(Strict):
     """One experiment: a model, an ordered pass pipeline, a target, baselines to measure against."""
 
@@ -165,6 +173,7 @@ class Experiment(Strict):
     measure: MeasureConfig = Field(default_factory=MeasureConfig)
     accuracy: AccuracyConfig = Field(default_factory=AccuracyConfig)
     tuning: TuningConfig | None = Field(default=None, description="apply (and optionally tune) a schedule database")
+    profile: ProfileConfig | None = Field(default=None, description="profile the workbench build and ort_all per kernel")
     seed: int = 0
     output: Path | None = Field(default=None, description="run folder; default runs/<name>")
     results: Path | None = Field(default=None, description="SQLite store; default <output>/../results.sqlite")

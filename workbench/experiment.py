@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import tvm
 import tvm_ffi
 from rich.console import Console
 
@@ -154,6 +155,20 @@ def _not_measured(note: str) -> dict:
     return {"median_ms": None, "p90_ms": None, "repeats": 0, "note": note}
 
 
+def _profiles(experiment: Experiment, canonical: onnx.ModelProto, inputs: dict[str, np.ndarray], target,
+              place: TvmPlace, out_dir: Path) -> dict:
+    """Per-kernel profiles of the workbench build (measured where it runs locally) and of ort_all, side by side."""
+    from workbench.measure.profile import ort_profile, tvm_profile
+
+    config = experiment.profile
+    profiles = {"ort_all": ort_profile(canonical, inputs, out_dir, config.warmup, config.runs).as_dict(config.top)}
+    if place.session is None and not place.unavailable:
+        module = tvm.runtime.load_module(str(out_dir / "workbench.so"))
+        ours = tvm_profile(module, inputs, device_for(target), config.warmup, config.runs)
+        profiles = {WORKBENCH_LABEL: ours.as_dict(config.top), **profiles}
+    return profiles
+
+
 def _chosen_database(experiment: Experiment, base_dir: Path, target, config_path: Path | None):
     """The tuning database folder this run applies (see compile/databases.py), checked before any long work."""
     from workbench.compile.databases import choose_database
@@ -217,7 +232,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         choice = _chosen_database(experiment, base_dir, target, config_path)
         database = open_database(choice.path, create=False)
     with step(console, f"Building workbench for {target_key(target)}"
-                       + (f" with tuned schedules ({choice.tuned_for})" if database is not None else "")):
+                       + (f" with tuned schedules ({choice.tuned_for or 'target unrecorded'})" if database is not None else "")):
         library = out_dir / "workbench.so"
         layout_rewrite = tuning is not None and tuning.layout_rewrite
         built = _workbench_build(optimized, target, library, builds, database, layout_rewrite)
@@ -255,6 +270,11 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
                 reason = str(exc) if isinstance(exc, BaselineUnavailable) else f"{exc.__class__.__name__}: {exc}"
                 result["measurements"][label] = _not_measured(f"not available: {reason}")
                 result["kernels"].setdefault(label, None)
+        atomic_write_json(out_dir / "result.json", result)
+
+    if experiment.profile is not None:
+        with step(console, f"Profiling workbench kernels and ort_all nodes ({experiment.profile.runs} runs)"):
+            result["profile"] = _profiles(experiment, canonical, inputs, target, place, out_dir)
         atomic_write_json(out_dir / "result.json", result)
 
     reference = outputs.get(experiment.accuracy.reference)

@@ -10,8 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from workbench.measure.runners import Runner
 
 
 @dataclass
@@ -61,3 +65,14 @@ def time_call(run_once: Callable[[], object], warmup: int, repeat: int,
         sync()
         samples[i] = (time.perf_counter() - start) * 1e3
     return summarize(samples)
+
+
+def interleaved_medians(runners: dict[str, "Runner"], repeat: int, rounds: int) -> dict[str, float]:
+    """Median of per-round medians, each round timing every label once in turn: a load change on the machine
+    during the benchmark hits all labels alike, so their ratios stay fair."""
+    per_round: dict[str, list[float]] = {label: [] for label in runners}
+    for index in range(rounds):
+        for label, runner in runners.items():
+            timing = time_call(runner.run_once, warmup=2 if index == 0 else 0, repeat=repeat, sync=runner.sync)
+            per_round[label].append(timing.median_ms)
+    return {label: float(np.median(medians)) for label, medians in per_round.items()}

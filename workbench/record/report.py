@@ -21,6 +21,9 @@ PASS_COLUMNS = ("pass", "seconds", "ops before → after", "changes")
 CUDA_COLUMNS = ("label", "kernels (PTX)", "launches / inference", "intermediate MB", "max threads/block",
                 "max registers", "max smem bytes")
 KERNEL_COLUMNS = ("kernel", "threads/block", "registers", "smem bytes")
+PROFILE_COLUMNS = ("#", "workbench kernel", "µs", "share", "ort_all node", "µs ", "share ")
+PROFILE_NOTE = ("mean time per inference of each kernel (workbench: timed around each VM call; ort_all: ONNX Runtime's "
+                "node trace), largest first; share: of the kernels' summed time")
 SPEEDUP_NOTE = "workbench speedup vs this = that label's median / the workbench median (> 1: the workbench is faster)"
 
 
@@ -138,6 +141,36 @@ def _cuda_markdown(result: dict) -> str:
     return "\n\n".join(parts)
 
 
+def _profile_side(profile: dict | None, rows: int) -> list[list[str]]:
+    """One side of the profile table: name, µs, share per kernel, then 'other' and the total; padded to `rows`."""
+    if profile is None:
+        return [["", "", ""]] * rows
+    cells = [[k["name"], f"{k['us']:.1f}", f"{k['share']:.0%}"] for k in profile["kernels"]]
+    other = profile["other"]
+    if other["kernels"]:
+        cells.append([f"other ({other['kernels']})", f"{other['us']:.1f}", f"{other['share']:.0%}"])
+    cells += [["", "", ""]] * (rows - 1 - len(cells))
+    return cells + [["total", f"{profile['total_us']:.1f}", "100%"]]
+
+
+def profile_rows(result: dict) -> list[list[str]]:
+    """The workbench's top kernels beside ort_all's top nodes, row by row (rank, then each side's cells)."""
+    sides = result["profile"]
+    ours, theirs = sides.get(WORKBENCH), sides.get("ort_all")
+    length = max(len(side["kernels"]) + (1 if side["other"]["kernels"] else 0) + 1 for side in (ours, theirs) if side)
+    left, right = _profile_side(ours, length), _profile_side(theirs, length)
+    return [[str(i + 1) if i < length - 1 else "", *a, *b] for i, (a, b) in enumerate(zip(left, right))]
+
+
+def profile_table(result: dict) -> Table:
+    table = Table(title=f"{result['name']}: where the time goes", caption=PROFILE_NOTE)
+    for column in PROFILE_COLUMNS:
+        table.add_column(column, justify="right" if column.strip() in ("#", "µs", "share") else "left")
+    for row in profile_rows(result):
+        table.add_row(*row, style="bold" if row[1] == "total" else None)
+    return table
+
+
 def summary_table(result: dict) -> Table:
     """The per-label latency/accuracy table."""
     table = Table(title=_heading(result), caption=SPEEDUP_NOTE)
@@ -166,6 +199,8 @@ def console_table(result: dict) -> Table:
     grid.add_row(passes_table(result) if result.get("passes") else "passes: (empty pipeline)")
     if result.get("cuda"):
         grid.add_row(cuda_table(result))
+    if result.get("profile"):
+        grid.add_row(profile_table(result))
     return grid
 
 
@@ -245,6 +280,8 @@ def write_report(result: dict, out_dir: Path) -> Path:
         "## Passes",
         _markdown_table(PASS_COLUMNS, [_pass_cells(record) for record in passes]) if passes else "(empty pipeline)",
         *([_cuda_markdown(result)] if result.get("cuda") else []),
+        *(["## Where the time goes", _markdown_table(PROFILE_COLUMNS, profile_rows(result)), f"*{PROFILE_NOTE}.*"]
+          if result.get("profile") else []),
         "## Provenance",
         "\n".join(f"- {key}: `{value}`" for key, value in (result.get("provenance") or {}).items()),
     ])

@@ -1,0 +1,63 @@
+"""Per-kernel profiles: the workbench build's kernels timed in the VM, ONNX Runtime's nodes from its trace."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+import yaml
+
+from workbench.cli import main
+from workbench.compile.build import build_lowered
+from workbench.measure.profile import VM_BUILTINS, ort_profile, tvm_profile
+from workbench.passes.pipeline import run_pipeline
+from workbench.config import load_experiment
+
+
+@pytest.fixture(scope="module")
+def convnet(zoo_relax, llvm):
+    model, imported = zoo_relax("convnet_small")
+    optimized, _ = run_pipeline(imported, load_experiment(Path("configs/quickstart.yaml")).pipeline, llvm, stats=False)
+    inputs = {"x": np.random.default_rng(0).random((1, 3, 64, 64), dtype=np.float32)}
+    return model, build_lowered(optimized, llvm), inputs
+
+
+def test_tvm_profile_times_every_kernel_of_the_build_once_per_inference(convnet):
+    _model, built, inputs = convnet
+    profile = tvm_profile(built.executable, inputs, tvm.cpu(), warmup=1, runs=3)
+    kernels = {gv.name_hint for gv, func in built.lowered.functions.items() if isinstance(func, tvm.tirx.PrimFunc)}
+    names = {k.name for k in profile.kernels}
+    assert names - {VM_BUILTINS} == kernels  # every kernel the build calls, nothing else but the VM's builtins
+    assert all(k.calls == 1 for k in profile.kernels if k.name != VM_BUILTINS)
+    assert [k.us for k in profile.kernels] == sorted((k.us for k in profile.kernels), reverse=True)
+    assert profile.kernels[0].name.startswith("fused_conv2d")  # the convs dominate, untuned
+    assert sum(k.share for k in profile.kernels) == pytest.approx(1.0)
+
+
+def test_ort_profile_reads_the_node_trace_after_the_warmup(convnet, tmp_path):
+    model, _built, inputs = convnet
+    profile = ort_profile(model, inputs, tmp_path, warmup=2, runs=4)
+    ops = [k.name.split()[0] for k in profile.kernels]
+    assert ops.count("Conv") == 6 and "Gemm" in ops  # ORT fuses BN and ReLU into its 6 convs
+    assert all(k.calls == 1 for k in profile.kernels)  # warm-up runs left out, the rest averaged
+    assert list(tmp_path.glob("ort_all_profile*.json"))  # the trace is kept beside the run's files
+    assert profile.as_dict(top=3)["other"]["kernels"] == len(profile.kernels) - 3
+
+
+def test_profile_verb_writes_both_sides_into_result_and_report(tmp_path, capsys):
+    config = yaml.safe_load(Path("configs/quickstart.yaml").read_text())
+    config.update(output=str(tmp_path / "run"), measure={"warmup": 1, "repeat": 3})
+    config.pop("tuning")
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["profile", str(path), "--top", "3"]) == 0
+    result = json.loads((tmp_path / "run" / "profile" / "result.json").read_text())
+    assert set(result["measurements"]) == {"workbench", "ort_all"} and result["accuracy"]["workbench"]["ok"]
+    for label in ("workbench", "ort_all"):
+        side = result["profile"][label]
+        assert len(side["kernels"]) == 3 and side["other"]["kernels"] > 0
+        assert side["total_us"] == pytest.approx(sum(k["us"] for k in side["kernels"]) + side["other"]["us"])
+    report = (tmp_path / "run" / "profile" / "report.md").read_text()
+    assert "## Where the time goes" in report and result["profile"]["workbench"]["kernels"][0]["name"] in report
+    assert "where the time goes" in capsys.readouterr().out
