@@ -74,6 +74,8 @@ def test_set_overrides_any_dotted_key(tmp_path):
                                  "model.inputs.x=[1, 16, 8, 8]", "pipeline=fold_constant,dce"])
     assert exp.model.source == "zoo:mobilenet_block" and exp.measure.repeat == 7
     assert exp.model.inputs["x"].shape == [1, 16, 8, 8] and [s.name for s in exp.pipeline] == ["fold_constant", "dce"]
+    llvm = write(tmp_path, {**BASE, "target": "llvm"}, "llvm.yaml")
+    assert load_experiment(llvm, ["target.mcpu=generic"]).target.mcpu == "generic"  # `target: llvm` expands
     with pytest.raises(UserError, match="expected dotted.key=value"):
         load_experiment(path, ["measure.repeat"])
     with pytest.raises(UserError, match="name is not a mapping"):

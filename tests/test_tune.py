@@ -81,7 +81,7 @@ def test_tuning_trains_xgboost_and_the_tuned_build_matches_the_untuned_one(tuned
     database = open_database(tuned["database"], create=False)
     tuned_build = build_lowered(optimized, llvm, database)
     assert tuned_build.tuning["covered"] == [results[0].name]
-    assert results[0].name not in tuned_build.tuning["fallback"] and len(tuned_build.tuning["fallback"]) == 9
+    assert results[0].name not in tuned_build.tuning["fallback"] and len(tuned_build.tuning["fallback"]) == len(results) - 1
     untuned = build_lowered(optimized, llvm)
     x = np.random.default_rng(0).random((1, 3, 64, 64), dtype=np.float32)
     outputs = []
@@ -120,9 +120,9 @@ def test_second_tune_with_the_same_budget_measures_nothing_and_run_applies_the_d
 
     assert main(["run", str(config), "--set", "tuning.tune=true"]) == 0  # tunes first: resumes, measures nothing
     result = json.loads((tuned["folder"] / "run" / "result.json").read_text())
-    assert [t["trials_run"] for t in result["tuning_trials"]] == [0] * 10
+    assert [t["trials_run"] for t in result["tuning_trials"]] == [0] * len(tuned["results"])
     assert result["tuning"]["covered"] == [tuned["results"][0].name]
-    assert len(result["tuning"]["fallback"]) == 9 and result["accuracy"]["workbench"]["ok"]
+    assert len(result["tuning"]["fallback"]) == len(tuned["results"]) - 1 and result["accuracy"]["workbench"]["ok"]
 
 
 @pytest.mark.slow
@@ -157,7 +157,7 @@ def start_tune_and_wait_for_records(config: Path, database: Path) -> subprocess.
     env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
     proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "tune", str(config)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 420  # a loaded 2-core machine took 130 s
     while not record_lines(database) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
     if not record_lines(database):
@@ -192,6 +192,7 @@ def test_ctrl_c_exits_130_and_keeps_the_records(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert "interrupted: results already written are kept" in err and "internal error" not in err
+    assert "stopping after the batch being measured" in err
     # 130 from the CLI; about one run in three the interpreter then ends itself by the SIGINT at exit (-2),
     # after the CLI handled it (cause inside TVM's FFI not found)
     assert proc.returncode in (130, -signal.SIGINT)

@@ -290,6 +290,8 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         child = node.get(part) if isinstance(node, dict) else None
         if child is None:
             child = node[part] = {}
+        if node is data and part == "target" and isinstance(child, str):  # `target: llvm` is {kind: llvm}
+            child = node[part] = {"kind": child}
         if not isinstance(child, dict):
             raise UserError(f"--set {assignment!r}: {'.'.join(parts[:i + 1])} is not a mapping, cannot set a key inside it")
         node = child

@@ -30,11 +30,9 @@ from workbench.compile.build import Built, build_lowered, build_tvm_default
 from workbench.config import WORKBENCH_LABEL, Experiment
 from workbench.compile.cuda_report import kernel_report
 from workbench.errors import BaselineUnavailable, UserError
-from workbench.measure.inputs import input_specs, make_inputs
+from workbench.measure.inputs import canonical_model, make_inputs
 from workbench.measure.iree import iree_runner, iree_version
-from workbench.models.canonicalize import canonicalize
 from workbench.models.importer import import_to_relax
-from workbench.models.sources import resolve_source
 from workbench.passes.pipeline import run_pipeline
 from workbench.record.report import write_report
 from workbench.record.store import ResultsStore
@@ -213,8 +211,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
             choice = _chosen_database(experiment, base_dir, target, config_path)
             database = open_database(choice.path, create=False) if choice.path is not None else None
     with step(console, f"Loading {experiment.model.source}"):
-        source_model = resolve_source(experiment.model.source, base_dir, experiment.model.cache_dir)
-        canonical = canonicalize(source_model, input_specs(experiment.model, base_dir))
+        canonical = canonical_model(experiment.model, base_dir)
         atomic_write_bytes(out_dir / "model.canonical.onnx", canonical.SerializeToString())
         inputs = make_inputs(canonical, experiment.model, experiment.seed, base_dir)
         np.savez(out_dir / "inputs.npz", **inputs)

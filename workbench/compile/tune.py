@@ -18,8 +18,9 @@ Choices that are not MetaSchedule's defaults, and why:
   The builder's `f_build` is `workbench_build`, which skips it; and kernels without low-precision
   buffers get the plain rules of their target kind (llvm, cuda) instead of the VNNI/AVX-512 or
   tensor-core ones MetaSchedule picks for CPUs and GPUs that have them, so their contexts need no import.
-- JSONDatabase appends each record as its batch is measured, so Ctrl-C or a kill loses only the batch
-  being measured (a record line cut short by a kill is dropped when the database is opened again).
+- JSONDatabase appends each record as its batch is measured, so a kill loses only the batch being
+  measured (a record line cut short is dropped when the database is opened again); Ctrl-C lets that
+  batch finish first (a second Ctrl-C stops at once).
 - A task whose search space is used up (MetaSchedule finds no new candidate, e.g. a reshape with one
   schedule) is noted in `exhausted.json` next to the records, so a resumed run does not search it again.
 """
@@ -335,29 +336,42 @@ def _contexts(tasks: list[ms.ExtractedTask], loggers: list[logging.Logger], num_
             for task, logger, rand_state in zip(tasks, loggers, ms.utils.fork_seed(seed, n=len(tasks)))]
 
 
-@contextmanager
-def _interrupts_stay_interrupts() -> Iterator[None]:
-    """Ctrl-C inside MetaSchedule's C++ loop comes back out of the FFI as a RuntimeError; make it a
-    KeyboardInterrupt again so the CLI reports an interruption (exit 130), not an internal error."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    interrupted = False
+class _Interrupts:
+    """Ctrl-C while tuning: the first stops after the batch being measured (its records reach the database), the
+    second stops at once. The stop is raised from the measure callback, a point MetaSchedule's C++ loop is built
+    to unwind from (a KeyboardInterrupt raised at an arbitrary point of the C++ search once ended the process
+    in std::terminate); a RuntimeError the FFI makes of it becomes a KeyboardInterrupt again, so the CLI reports
+    an interruption (exit 130), not an internal error."""
 
-    def on_sigint(_signum, _frame) -> None:
-        nonlocal interrupted
-        interrupted = True
-        raise KeyboardInterrupt
+    def __init__(self) -> None:
+        self.requested = False
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield
-    except Exception as exc:
-        if interrupted:
-            raise KeyboardInterrupt from exc
-        raise
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+    def _on_sigint(self, _signum, _frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        sys.stderr.write("\nCtrl-C: stopping after the batch being measured (its records are kept); "
+                         "Ctrl-C again stops now\n")
+
+    @contextmanager
+    def handled(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            yield
+        except Exception as exc:
+            if self.requested:
+                raise KeyboardInterrupt from exc
+            raise
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        self.check()  # requested during the last batch of a task: stop before the next task starts
 
 
 Progress = Callable[[TaskResult], None]  # called when a task starts, after each measured batch, when it ends
@@ -381,6 +395,7 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
     quiet_metaschedule()
     left = config.trials - sum(min(r.trials_before, r.budget) for r in results)  # `trials` counts the database too
     report = progress or (lambda _result: None)
+    interrupts = _Interrupts()
     with task_loggers(log_dir, [t.task_name for t in tasks]) as loggers:
         contexts = _contexts(tasks, loggers, num_cores, config.seed)
         for task, context, result in zip(tasks, contexts, results):
@@ -392,8 +407,9 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
                     result.trials_run += count
                     result.best_us = best_latency_us(database, task_mod)
                     report(result)
+                    interrupts.check()
 
-                with _interrupts_stay_interrupts():
+                with interrupts.handled():
                     ms.tune.tune_tasks(
                         tasks=[context], task_weights=[float(task.weight)], work_dir=str(log_dir),
                         max_trials_global=want, max_trials_per_task=want,

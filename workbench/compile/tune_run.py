@@ -12,10 +12,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from workbench.config import Experiment, TuningConfig
-from workbench.measure.inputs import input_specs
-from workbench.models.canonicalize import canonicalize
+from workbench.measure.inputs import canonical_model
 from workbench.models.importer import import_to_relax
-from workbench.models.sources import resolve_source
 from workbench.passes.pipeline import run_pipeline
 from workbench.compile.databases import tuning_folder
 from workbench.compile.targets import make_target
@@ -29,8 +27,7 @@ def tuning_config(experiment: Experiment) -> TuningConfig:
 
 def optimized_module(experiment: Experiment, base_dir: Path, target: tvm.target.Target) -> tvm.IRModule:
     """The model as the workbench build sees it: canonical ONNX, imported, the configured pipeline run."""
-    source = resolve_source(experiment.model.source, base_dir, experiment.model.cache_dir)
-    imported = import_to_relax(canonicalize(source, input_specs(experiment.model, base_dir)))
+    imported = import_to_relax(canonical_model(experiment.model, base_dir))
     optimized, _records = run_pipeline(imported, experiment.pipeline, target, stats=False)
     return optimized
 

@@ -59,3 +59,11 @@ def make_inputs(model: onnx.ModelProto, model_cfg: ModelConfig, seed: int, base_
         else:
             arrays[value.name] = rng.integers(int(low), int(high), size=shape).astype(dtype)
     return arrays
+
+
+def canonical_model(model_cfg: ModelConfig, base_dir: Path) -> onnx.ModelProto:
+    """The config's model source fetched and canonicalized (input shapes frozen): what every label runs."""
+    from workbench.models.canonicalize import canonicalize
+    from workbench.models.sources import resolve_source
+
+    return canonicalize(resolve_source(model_cfg.source, base_dir, model_cfg.cache_dir), input_specs(model_cfg, base_dir))
