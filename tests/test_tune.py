@@ -28,7 +28,7 @@ from workbench.config import TargetConfig, TuningConfig, load_experiment
 from workbench.errors import UserError
 from workbench.passes.pipeline import run_pipeline
 from workbench.compile.tune import (MS_LOGGER, XGB_WARMUP_SAMPLES, extract_tasks, make_builder, make_cost_model, make_runner,
-                            open_database, tune_context, tune_tasks, tuning_module, tuning_target)
+                            open_database, plan, tune_context, tune_tasks, tuning_module, tuning_target)
 
 RECORDS = "database_tuning_record.json"
 HOST_KEY = target_key(make_target(TargetConfig()))  # llvm-<this machine's CPU>
@@ -67,6 +67,15 @@ def tuned(optimized, llvm, tmp_path_factory):
     results = tune_tasks(tasks, llvm, config, database, folder / "logs", cost_model=cost_model)
     return {"folder": folder, "database": database, "config": config, "tasks": tasks, "results": results,
             "cost_model": cost_model}
+
+
+def test_light_kernels_get_one_search_round_and_convs_the_full_budget(optimized, llvm, tmp_path):
+    tasks = extract_tasks(tuning_module(optimized, llvm), llvm)
+    config = TuningConfig(trials=1000, trials_per_task=64, trials_per_iter=8)
+    budgets = {r.name: r.budget for r in plan(tasks, open_database(tmp_path, create=True), tmp_path, config)}
+    convs = [name for name in budgets if name.startswith("fused_conv2d")]
+    assert len(convs) == 6 and all(budgets[name] == 64 for name in convs)
+    assert budgets["max_pool2d"] == budgets["mean"] == budgets["fused_matmul_add5"] == 8  # < 1% of the FLOPs
 
 
 @pytest.mark.slow

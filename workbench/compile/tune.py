@@ -54,6 +54,7 @@ FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed build or run as (about) 1
 XGB_WARMUP_SAMPLES = 8
 POPULATION_SIZE = 128
 EXHAUSTED_FILE = "exhausted.json"
+LIGHT_SHARE = 0.01  # of the model's FLOPs x uses: below it a kernel gets one search round (see `plan`)
 # What MetaSchedule's CUDA rules read from the target; a plain {kind: cuda, arch: ...} lacks the last three.
 CUDA_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
                "registers_per_block": 65536}
@@ -248,11 +249,17 @@ def _exhausted(database_dir: Path) -> dict[str, str]:
 
 def plan(tasks: list[ms.ExtractedTask], database: ms.database.Database, database_dir: Path,
          config: TuningConfig) -> list[TaskResult]:
-    """Per task: its budget (trials_per_task, or trials spread evenly) and what the database already holds."""
+    """Per task: its budget and what the database already holds. The budget is trials_per_task (or trials spread
+    evenly), but a light kernel (under LIGHT_SHARE of the model's FLOPs x uses: a pool, a transpose) gets one
+    search round: the profile puts such kernels under 1% of the time, and a full budget on each would cost as
+    much tuning time as a conv."""
     per_task = config.trials_per_task or max(1, math.ceil(config.trials / max(1, len(tasks))))
+    costs = [_task_cost(t) for t in tasks]
+    light = LIGHT_SHARE * sum(costs)
     exhausted = _exhausted(database_dir)
-    return [TaskResult(t.task_name, int(t.weight), per_task, trials_done(database, t.dispatched[0]),
-                       exhausted=_workload_key(t.dispatched[0]) in exhausted) for t in tasks]
+    return [TaskResult(t.task_name, int(t.weight), per_task if cost >= light else min(per_task, config.trials_per_iter),
+                       trials_done(database, t.dispatched[0]), exhausted=_workload_key(t.dispatched[0]) in exhausted)
+            for t, cost in zip(tasks, costs)]
 
 
 def _low_precision(task: ms.ExtractedTask) -> bool:
