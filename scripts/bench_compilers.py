@@ -13,7 +13,7 @@ record for keep the default schedule; such a candidate's label ends in `+tuned C
 Usage:
 
     python scripts/bench_compilers.py [--repeat 10] [--rounds 3] [--models convnet_small,rapidocr_det]
-    python scripts/bench_compilers.py --models convnet_small --database schedules/quickstart/llvm
+    python scripts/bench_compilers.py --models convnet_small --database schedules/quickstart/llvm-znver2
 """
 
 from __future__ import annotations
@@ -28,15 +28,14 @@ from rich.console import Console
 from rich.table import Table
 
 from workbench.compile.build import build_lowered, build_tvm_default
-from workbench.config import Experiment, load_experiment, validate
+from workbench.compile.targets import make_target
+from workbench.config import Experiment, TargetConfig, load_experiment, validate
 from workbench.errors import BaselineUnavailable
-from workbench.measure.inputs import input_specs, make_inputs
+from workbench.measure.inputs import canonical_model, make_inputs
 from workbench.measure.iree import iree_runner
-from workbench.measure.timing import time_call
+from workbench.measure.timing import interleaved_medians
 from workbench.models import zoo
-from workbench.models.canonicalize import canonicalize
 from workbench.models.importer import import_to_relax
-from workbench.models.sources import resolve_source
 from workbench.passes.pipeline import run_pipeline
 from workbench.passes.pipeline_spec import parse_text
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
@@ -68,22 +67,11 @@ def workbench_candidates(imported: tvm.IRModule, pipelines: list[str], target: t
     return runners
 
 
-def timed(runners: dict[str, Runner], repeat: int, rounds: int) -> dict[str, float]:
-    """Median of per-round medians, rounds interleaved over the labels."""
-    per_round: dict[str, list[float]] = {label: [] for label in runners}
-    for index in range(rounds):
-        for label, runner in runners.items():
-            timing = time_call(runner.run_once, warmup=2 if index == 0 else 0, repeat=repeat, sync=runner.sync)
-            per_round[label].append(timing.median_ms)
-    return {label: float(np.median(medians)) for label, medians in per_round.items()}
-
-
 def bench_model(name: str, pipelines: list[str], repeat: int, rounds: int, console: Console, database=None) -> dict:
     experiment = experiment_for(name)
-    model = canonicalize(resolve_source(experiment.model.source, ROOT, experiment.model.cache_dir),
-                         input_specs(experiment.model, ROOT))
+    model = canonical_model(experiment.model, ROOT)
     inputs = make_inputs(model, experiment.model, experiment.seed, ROOT)
-    target = tvm.target.Target({"kind": "llvm"})
+    target = make_target(TargetConfig())  # this machine's CPU
     with console.status(f"{name}: building"), tempfile.TemporaryDirectory() as iree_dir:
         imported = import_to_relax(model)
         runners = workbench_candidates(imported, pipelines, target, inputs, database)
@@ -91,11 +79,11 @@ def bench_model(name: str, pipelines: list[str], repeat: int, rounds: int, conso
         runners["tvm_default"] = tvm_runner("tvm_default", build_tvm_default(imported, target), inputs, target)
         notes = {}
         try:
-            runners["iree"] = iree_runner(model, inputs, Path(iree_dir), "llvm")
+            runners["iree"] = iree_runner(model, inputs, Path(iree_dir), "llvm", cpu=str(target.attrs["mcpu"]))
         except BaselineUnavailable as exc:
             notes["iree"] = f"not available: {exc}"
     with console.status(f"{name}: timing {len(runners)} labels, {rounds} rounds of {repeat}"):
-        medians = timed(runners, repeat, rounds)
+        medians = interleaved_medians(runners, repeat, rounds)
     best = min((label for label in runners if label.startswith("workbench[")), key=medians.__getitem__)
     row = {"model": name, "best pipeline": best[len("workbench["):-1], "workbench ms": medians[best],
            "kernels": {"workbench": runners[best].kernels}, "notes": notes}
@@ -106,7 +94,7 @@ def bench_model(name: str, pipelines: list[str], repeat: int, rounds: int, conso
 
 
 def table_of(rows: list[dict], repeat: int, rounds: int) -> Table:
-    table = Table(title=f"best workbench pipeline vs other compilers (llvm, this CPU, {rounds}x{repeat} runs)")
+    table = Table(title=f"best workbench pipeline vs other compilers (llvm for this CPU, {rounds}x{repeat} runs)")
     columns = ["model", "best pipeline", "workbench ms", *(f"{label} ms" for label in COMPARED),
                *(f"{label} / workbench" for label in COMPARED), "kernels wb/iree/tvm_default"]
     for column in columns:

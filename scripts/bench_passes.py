@@ -17,11 +17,9 @@ from rich.table import Table
 
 from workbench.compile.build import build_lowered
 from workbench.config import load_experiment
-from workbench.measure.inputs import input_specs, make_inputs
+from workbench.measure.inputs import canonical_model, make_inputs
 from workbench.measure.timing import time_call
-from workbench.models.canonicalize import canonicalize
 from workbench.models.importer import import_to_relax
-from workbench.models.sources import resolve_source
 from workbench.passes.pipeline import run_pipeline
 from workbench.passes.pipeline_spec import parse_text
 from workbench.measure.runners import tvm_runner
@@ -35,7 +33,7 @@ FULL_PIPELINE = "fold_constant,fold_batchnorm,fuse,dce"
 
 def bench_model(label: str, config: Path, repeat: int, console: Console) -> Table:
     experiment = load_experiment(config)
-    model = canonicalize(resolve_source(experiment.model.source, ROOT), input_specs(experiment.model, ROOT))
+    model = canonical_model(experiment.model, ROOT)
     inputs = make_inputs(model, experiment.model, experiment.seed, ROOT)
     imported = import_to_relax(model)
     target = tvm.target.Target({"kind": "llvm"})

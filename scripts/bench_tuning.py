@@ -2,7 +2,8 @@
 
     python scripts/bench_tuning.py [CONFIG] [--database DIR] [--repeat N]
 
-CONFIG defaults to configs/quickstart.yaml and DIR to its tuning database (schedules/quickstart/llvm).
+CONFIG defaults to configs/quickstart.yaml and DIR to the database it applies on this CPU
+(schedules/quickstart/llvm-<cpu>, or the closest one).
 Prints each label's median latency and the ratios; timings on a loaded machine move, ratios less so.
 """
 
@@ -16,14 +17,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.compile.build import build_lowered, build_tvm_default  # noqa: E402
 from workbench.config import load_experiment  # noqa: E402
-from workbench.measure.inputs import input_specs, make_inputs  # noqa: E402
+from workbench.measure.inputs import canonical_model, make_inputs  # noqa: E402
 from workbench.measure.timing import time_call  # noqa: E402
-from workbench.models.canonicalize import canonicalize  # noqa: E402
 from workbench.models.importer import import_to_relax  # noqa: E402
-from workbench.models.sources import resolve_source  # noqa: E402
 from workbench.passes.pipeline import run_pipeline  # noqa: E402
 from workbench.measure.runners import ort_runner, tvm_runner  # noqa: E402
-from workbench.compile.targets import make_target  # noqa: E402
+from workbench.compile.databases import choose_database  # noqa: E402
+from workbench.compile.targets import make_target, target_key  # noqa: E402
 from workbench.compile.tune import open_database  # noqa: E402
 
 
@@ -37,13 +37,17 @@ def main() -> None:
     base = Path.cwd()
     experiment = load_experiment(Path(args.config))
     target = make_target(experiment.target)
-    canonical = canonicalize(resolve_source(experiment.model.source, base, experiment.model.cache_dir),
-                             input_specs(experiment.model, base))
+    canonical = canonical_model(experiment.model, base)
     inputs = make_inputs(canonical, experiment.model, experiment.seed, base)
     imported = import_to_relax(canonical)
     optimized, _ = run_pipeline(imported, experiment.pipeline, target, stats=False)
-    database_dir = Path(args.database) if args.database else experiment.database_dir(base)
-    tuned = build_lowered(optimized, target, open_database(database_dir, create=False))
+    database_dir = Path(args.database) if args.database else \
+        choose_database(experiment.database_root(base), target, f"workbench tune {args.config}").path
+    if database_dir is None:
+        raise SystemExit(f"no database for {target_key(target)} under {experiment.database_root(base)}: "
+                         f"workbench tune {args.config}")
+    layout_rewrite = experiment.tuning is not None and experiment.tuning.layout_rewrite
+    tuned = build_lowered(optimized, target, open_database(database_dir, create=False), layout_rewrite)
 
     runners = {
         "workbench tuned": tvm_runner("tuned", tuned, inputs, target),
@@ -55,7 +59,7 @@ def main() -> None:
     for label, runner in runners.items():
         medians[label] = time_call(runner.run_once, 5, args.repeat, runner.sync).median_ms
     covered, fallback = tuned.tuning["covered"], tuned.tuning["fallback"]
-    print(f"{experiment.name} ({experiment.model.source}) on {target.kind.name}; database {database_dir}: "
+    print(f"{experiment.name} ({experiment.model.source}) on {target_key(target)}; database {database_dir}: "
           f"{len(covered)} kernels tuned, {len(fallback)} default ({', '.join(fallback) or 'none'})")
     print(f"{'label':<20}{'median ms':>10}{'tuned speedup':>15}")
     for label, median in medians.items():

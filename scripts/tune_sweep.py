@@ -24,10 +24,8 @@ from rich.console import Console  # noqa: E402
 
 from workbench.compile.build import build_lowered  # noqa: E402
 from workbench.config import TuningConfig, load_experiment  # noqa: E402
-from workbench.measure.inputs import input_specs, make_inputs  # noqa: E402
+from workbench.measure.inputs import canonical_model, make_inputs  # noqa: E402
 from workbench.measure.timing import time_call  # noqa: E402
-from workbench.models.canonicalize import canonicalize  # noqa: E402
-from workbench.models.sources import resolve_source  # noqa: E402
 from workbench.measure.runners import tvm_runner  # noqa: E402
 from workbench.compile.targets import make_target  # noqa: E402
 from workbench.compile.tune import open_database  # noqa: E402
@@ -42,8 +40,7 @@ def curve(config_path: Path, budgets: list[int], cost_model: str, out: Path, rep
     folder = out / experiment.name / cost_model
     target = make_target(experiment.target)
     optimized = optimized_module(experiment, base, target)
-    canonical = canonicalize(resolve_source(experiment.model.source, base, experiment.model.cache_dir),
-                             input_specs(experiment.model, base))
+    canonical = canonical_model(experiment.model, base)
     inputs = make_inputs(canonical, experiment.model, experiment.seed, base)
     untuned = tvm_runner("untuned", build_lowered(optimized, target), inputs, target)
     points = [{"trials": 0, "median_ms": time_call(untuned.run_once, 3, repeat, untuned.sync).median_ms}]

@@ -15,6 +15,7 @@ def test_sigint_mid_run_keeps_measured_labels_and_exits_130(tmp_path):
     config.update(output=str(tmp_path / "run"), pipeline=[], baselines=["ort_none", "tvm_unoptimized"],
                   measure={"warmup": 0, "repeat": 3000})
     config["model"]["inputs"] = {"x": [1, 3, 16, 16]}
+    config.pop("tuning")
     (tmp_path / "long.yaml").write_text(yaml.safe_dump(config))
     process = subprocess.Popen([sys.executable, "-m", "workbench.cli", "run", str(tmp_path / "long.yaml")],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -25,20 +25,26 @@ def test_full_run_writes_result_report_and_store(tmp_path, capsys):
     out_dir = tmp_path / "runs" / "quick"
     result = json.loads((out_dir / "result.json").read_text())
     assert result["status"] == "complete" and result["name"] == "quickstart"
-    assert result["pipeline_text"] == "fold_constant,fold_batchnorm,fuse,dce"
+    assert result["pipeline_text"] == "fold_constant,fold_batchnorm,convert_layout(conv2d=NHWC),fold_constant,fuse,dce"
     labels = {"workbench", "ort_all", "ort_none", "tvm_default", "tvm_unoptimized"}
     assert set(result["measurements"]) == labels
     for label, figures in result["measurements"].items():
         assert figures["median_ms"] > 0 and figures["p90_ms"] >= figures["median_ms"] and figures["repeats"] == 5
     assert set(result["accuracy"]) == labels - {"ort_none"} and all(a["ok"] for a in result["accuracy"].values())
     assert result["kernels"]["workbench"] < result["kernels"]["tvm_unoptimized"]
-    assert [p["name"] for p in result["passes"]] == ["fold_constant", "fold_batchnorm", "fuse", "dce"]
+    assert [p["name"] for p in result["passes"]] == ["fold_constant", "fold_batchnorm", "convert_layout",
+                                                     "fold_constant", "fuse", "dce"]
+    # the committed database for this CPU (or the closest one, said so) schedules the convs
+    assert result["target_resolved"]["key"] == f"llvm-{result['target_resolved']['host_cpu']}"
+    tuning = result["tuning"]
+    assert tuning["match"] in ("exact", "closest") and (tuning["match"] == "exact") == (tuning["note"] is None)
+    assert sum(name.startswith("fused_conv2d") for name in tuning["covered"]) == 6
     assert result["model"]["inputs"] == {"x": {"shape": [1, 3, 64, 64], "dtype": "float32"}}
     assert result["provenance"]["tvm"] == "0.27.0.post1" and len(result["provenance"]["config_hash"]) == 16
     for name in ("report.md", "latency.png", "model.canonical.onnx", "inputs.npz", "workbench.so",
                  "ort_all.optimized.onnx"):
         assert (out_dir / name).stat().st_size > 0, name
-    assert len(list((tmp_path / "ir").glob("*.py"))) == 5
+    assert len(list((tmp_path / "ir").glob("*.py"))) == 7
     with sqlite3.connect(tmp_path / "runs" / "results.sqlite") as db:
         assert db.execute("select count(*) from runs where name='quickstart'").fetchone()[0] == 1
         assert db.execute("select count(*) from measurements").fetchone()[0] == len(labels)

@@ -1,0 +1,122 @@
+"""Benchmark: the tuned workbench build of each shipped CPU config vs ONNX Runtime, IREE and TVM's default pipeline.
+
+For each config (default: the quickstart, the two other zoo models and rapidocr det), in one process,
+on the same canonical ONNX and the same seeded inputs: the workbench build exactly as `workbench run`
+makes it (the config's pipeline, the committed database that fits this CPU, weight pre-packing if the
+config asks for it), ort_all (ORT_ENABLE_ALL), IREE (llvm-cpu for this CPU) and tvm_default, all for
+this machine's CPU. Labels are timed in interleaved rounds (median of round medians), so load changes
+hit all of them alike. Printed: medians, the ratios ort_all/workbench and iree/workbench (> 1: the
+workbench is faster), which database each build used, and the workbench's max error against ort_all.
+
+    python scripts/bench_cpu.py [--configs quickstart,mobilenet_block,transformer_block,rapidocr_det]
+                                [--repeat 20] [--rounds 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from workbench.compile.build import build_lowered, build_tvm_default
+from workbench.compile.databases import choose_database
+from workbench.compile.targets import make_target, target_key
+from workbench.config import load_experiment
+from workbench.errors import BaselineUnavailable
+from workbench.measure.inputs import canonical_model, make_inputs
+from workbench.measure.iree import iree_runner
+from workbench.measure.runners import Runner, ort_runner, tvm_runner
+from workbench.measure.timing import interleaved_medians
+from workbench.models.importer import import_to_relax
+from workbench.passes.pipeline import run_pipeline
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = "quickstart,mobilenet_block,transformer_block,rapidocr_det"
+BASELINES = ("ort_all", "iree", "tvm_default")
+
+
+def workbench_runner(config: Path, console: Console) -> tuple[Runner, dict, object]:
+    """The config's workbench build as `workbench run` makes it, its runner, and what the row records of it."""
+    experiment = load_experiment(config)
+    target = make_target(experiment.target)
+    model = canonical_model(experiment.model, ROOT)
+    inputs = make_inputs(model, experiment.model, experiment.seed, ROOT)
+    imported = import_to_relax(model)
+    optimized, _ = run_pipeline(imported, experiment.pipeline, target, stats=False)
+    database, note = None, "untuned (no tuning: section)"
+    if experiment.tuning is not None:
+        from workbench.compile.tune import open_database
+
+        choice = choose_database(experiment.database_root(ROOT), target, f"workbench tune {config}")
+        database = open_database(choice.path, create=False) if choice.path else None
+        note = choice.note or f"tuned for {choice.tuned_for}"
+    built = build_lowered(optimized, target, database, experiment.tuning is not None and experiment.tuning.layout_rewrite)
+    if built.tuning:
+        note += f"; {len(built.tuning['covered'])}/{built.kernels} kernels tuned"
+    row = {"config": config.stem, "target": target_key(target), "database": note, "kernels": built.kernels}
+    return tvm_runner("workbench", built, inputs, target), row, (model, inputs, imported, target)
+
+
+def bench_config(config: Path, repeat: int, rounds: int, console: Console) -> dict:
+    with console.status(f"{config.stem}: building"), tempfile.TemporaryDirectory() as iree_dir:
+        workbench, row, (model, inputs, imported, target) = workbench_runner(config, console)
+        runners = {"workbench": workbench, "ort_all": ort_runner("ort_all", model, inputs)}
+        try:
+            runners["iree"] = iree_runner(model, inputs, Path(iree_dir), "llvm", cpu=str(target.attrs["mcpu"]))
+        except BaselineUnavailable as exc:
+            row["iree note"] = str(exc)
+        runners["tvm_default"] = tvm_runner("tvm_default", build_tvm_default(imported, target), inputs, target)
+        ours, theirs = workbench.infer(), runners["ort_all"].infer()
+        row["max abs err vs ort_all"] = max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs))
+        with console.status(f"{config.stem}: timing {len(runners)} labels, {rounds} rounds of {repeat}"):
+            medians = interleaved_medians(runners, repeat, rounds)
+    row["workbench ms"] = medians["workbench"]
+    for label in BASELINES:
+        row[f"{label} ms"] = medians.get(label)
+        row[f"{label}/workbench"] = medians[label] / medians["workbench"] if label in medians else None
+    return row
+
+
+def table_of(rows: list[dict], repeat: int, rounds: int) -> Table:
+    table = Table(title=f"tuned workbench vs ONNX Runtime, IREE, TVM default ({rows[0]['target']}, "
+                        f"median of {rounds} interleaved rounds x {repeat} runs)")
+    columns = ["config", "workbench ms", *(f"{label} ms" for label in BASELINES), "ort_all/workbench",
+               "iree/workbench", "max abs err vs ort_all", "database"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("config", "database") else "right", overflow="fold")
+    for row in rows:
+        def cell(key: str, suffix: str = "", fmt: str = ".3f") -> str:
+            return "—" if row.get(key) is None else f"{row[key]:{fmt}}{suffix}"
+
+        table.add_row(row["config"], cell("workbench ms"), *(cell(f"{label} ms") for label in BASELINES),
+                      cell("ort_all/workbench", "×", ".2f"), cell("iree/workbench", "×", ".2f"),
+                      cell("max abs err vs ort_all", fmt=".1e"), row["database"])
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", default=CONFIGS, help="config names in configs/ (or YAML paths), comma-separated")
+    parser.add_argument("--repeat", type=int, default=20, help="timed runs per label per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", help="also write the rows to this JSON file")
+    args = parser.parse_args()
+    console = Console(width=max(Console().width, 200))
+    rows = []
+    for name in args.configs.split(","):
+        config = Path(name) if name.endswith(".yaml") else ROOT / "configs" / f"{name}.yaml"
+        rows.append(bench_config(config, args.repeat, args.rounds, console))
+        console.print(f"{rows[-1]['config']}: workbench {rows[-1]['workbench ms']:.3f} ms, "
+                      f"ort_all/workbench {rows[-1]['ort_all/workbench']:.2f}×")
+    console.print(table_of(rows, args.repeat, args.rounds))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
