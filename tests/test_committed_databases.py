@@ -3,7 +3,7 @@
 A pipeline change (a pass added, a parameter changed) changes the kernels, and a database tuned for the old
 kernels then covers none of them: the run would quietly measure untuned code. Each shipped config with a
 `tuning:` section must find a database for this CPU (its own or the closest) with a tuned record for every
-conv/matmul kernel it tuned (the heaviest, as its budget reached them).
+conv/matmul kernel its budget reaches (tasks are tuned heaviest first, as `plan` budgets them).
 """
 
 import json
@@ -13,7 +13,7 @@ import pytest
 
 from workbench.compile.databases import TARGET_FILE, choose_database
 from workbench.compile.targets import make_target
-from workbench.compile.tune import extract_tasks, open_database, tuning_module
+from workbench.compile.tune import extract_tasks, open_database, plan, tuning_module
 from workbench.compile.tune_run import optimized_module
 from workbench.config import load_experiment
 
@@ -28,13 +28,15 @@ def test_committed_database_covers_the_configs_heavy_kernels(name):
     assert choice.path is not None, choice.note
     tuned_for = json.loads((choice.path / TARGET_FILE).read_text())
     assert tuned_for["kind"] == "llvm" and tuned_for["key"] == choice.path.name
+    database = open_database(choice.path, create=False)
     tasks = extract_tasks(tuning_module(optimized_module(experiment, Path.cwd(), target), target,
                                         experiment.tuning.layout_rewrite), target)
-    database = open_database(choice.path, create=False)
-    per_task = experiment.tuning.trials_per_task
-    reached = tasks[:experiment.tuning.trials // per_task] if per_task else tasks  # heaviest first, as tuned
-    expected = [t for t in reached if any(op in t.task_name for op in ("conv2d", "matmul"))]
+    left, reached = experiment.tuning.trials, []
+    for task, planned in zip(tasks, plan(tasks, database, choice.path, experiment.tuning)):  # heaviest first
+        if left > 0 and any(op in task.task_name for op in ("conv2d", "matmul")):
+            reached.append(task)
+        left -= planned.budget
     # has_workload first: commit_workload would add an unknown workload to the committed file
-    missing = [t.task_name for t in expected if not database.has_workload(t.dispatched[0])
+    missing = [t.task_name for t in reached if not database.has_workload(t.dispatched[0])
                or not database.get_top_k(database.commit_workload(t.dispatched[0]), 1)]
     assert not missing, f"{choice.path} has no tuned record for {missing}: retune with `workbench tune`"
