@@ -14,7 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from workbench.sweep import load_sweep, run_sweep
+from workbench.sweep.run import run_sweep
+from workbench.sweep.spec import load_sweep
 
 SWEEP = {
     "name": "bench_sweep",

@@ -14,7 +14,7 @@ import yaml
 
 from workbench.cli import main
 from workbench.errors import UserError
-from workbench.sweep import load_sweep
+from workbench.sweep.spec import load_sweep
 
 BASE = {
     "name": "sw",
@@ -128,7 +128,7 @@ def test_equivalent_orderings_are_measured_once(finished_sweep):
 
 def test_report_ranks_plots_and_exports(finished_sweep, capsys):
     _code, out, rows, _runs, _path = finished_sweep
-    from workbench.sweep_report import ranked_rows
+    from workbench.sweep.report import ranked_rows
 
     ranked, failed, _meta = ranked_rows(out)
     assert [r["rank"] for r in ranked] == [1, 2] and ranked[0]["median_ms"] <= ranked[1]["median_ms"]
@@ -232,7 +232,8 @@ def test_worker_runs_reuse_builds_of_equal_ir_and_leave_the_store_to_the_parent(
 
 def _sweep_writer(path, worker, start):
     from test_results import sample_result
-    from workbench.sweep import SweepStore, Variant
+    from workbench.sweep.spec import Variant
+    from workbench.sweep.store import SweepStore
 
     start.wait(60)  # both processes are up before either writes: the writes really overlap
     store = SweepStore(path)

@@ -24,13 +24,13 @@ def _first_line(exc: BaseException) -> str:
 
 
 def run_tasks_ray(pending: deque, sweep, workers: int, base_dir: Path, on_done) -> None:
-    """Like `workbench.sweep.run_tasks`, on Ray: at most `workers` tasks in flight, no worker routing."""
+    """Like `workbench.sweep.workers.run_tasks`, on Ray: at most `workers` tasks in flight, no worker routing."""
     try:
         import ray
     except ImportError as exc:
         raise UserError(f"{sweep.path}: sweep.executor is 'ray' but Ray is not installed; "
                         "install the extra (pip install -e \".[ray]\") or set executor: local") from exc
-    from workbench.sweep import run_variant_task, worker_setup
+    from workbench.sweep.workers import run_variant_task, worker_setup
 
     setup = worker_setup(sweep, base_dir)
     address = sweep.section.ray_address
