@@ -18,12 +18,19 @@ from workbench.sweep.spec import SWEEP_MARKER, Sweep, load_sweep
 def variants_table(sweep: Sweep):
     from rich.table import Table
 
-    table = Table(title=f"sweep {sweep.name}: {len(sweep.variants)} variants → {sweep.output}")
-    for column in ("#", "id", "pipeline", "grid", "repeat"):
+    title = f"sweep {sweep.name}: {len(sweep.variants)} variants → {sweep.output}"
+    if sweep.search is not None:
+        search = sweep.search
+        title = (f"sweep {sweep.name}: {search.search} search over {', '.join(sweep.permuted)} (max length "
+                 f"{search.max_length or len(sweep.permuted)}, budget {search.budget} distinct IRs) → {sweep.output}")
+    if sweep.tuning is not None:
+        title += f"; tuned into {sweep.database_root} (each pipeline measured tuned and untuned)"
+    table = Table(title=title)
+    for column in ("#", "id", "pipeline", "grid", "repeat", "tuned"):
         table.add_column(column)
     for v in sweep.variants:
         grid = ", ".join(f"{k}={json.dumps(val)}" for k, val in v.grid.items()) or "—"
-        table.add_row(str(v.position), v.id, v.pipeline_text or "(empty)", grid, str(v.repeat))
+        table.add_row(str(v.position), v.id, v.pipeline_text or "(empty)", grid, str(v.repeat), "yes" if v.tuned else "")
     return table
 
 
@@ -31,7 +38,7 @@ def cmd_sweep(args: argparse.Namespace, stdout: Console, stderr: Console) -> int
     from workbench.sweep.report import console_table, write_sweep_report
     from workbench.sweep.run import run_sweep
 
-    sweep = load_sweep(Path(args.sweep_file), Path.cwd())
+    sweep = load_sweep(Path(args.sweep_file), Path.cwd(), list(args.set or []))
     args.log_dir = sweep.output
     if args.dry_run:
         stdout.print(variants_table(sweep))
@@ -51,6 +58,8 @@ def add_parser(verbs, stdout: Console, stderr: Console) -> argparse.ArgumentPars
     sweep.add_argument("--workers", type=int, metavar="N", help="worker processes (default: the file's sweep.workers)")
     sweep.add_argument("--resume", action="store_true", help="continue a sweep: skip variants already done")
     sweep.add_argument("--dry-run", action="store_true", help="print the variants and exit")
+    sweep.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="override a key of the sweep file (output, sweep.workers, base.measure.repeat, ...)")
     sweep.set_defaults(handler=partial(cmd_sweep, stdout=stdout, stderr=stderr))
     return sweep
 

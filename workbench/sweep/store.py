@@ -25,9 +25,12 @@ CREATE TABLE IF NOT EXISTS sweep_variants (
     representative TEXT,
     median_ms REAL,
     seconds REAL,
-    updated TEXT
+    updated TEXT,
+    tuned INTEGER
 );
 """
+COLUMNS = ("id", "position", "repeat", "pipeline_text", "grid_json", "status", "error", "run_id", "structural_hash",
+           "class_id", "representative", "median_ms", "seconds", "updated", "tuned")
 
 
 class SweepStore:
@@ -41,6 +44,9 @@ class SweepStore:
         self.db = self.results.db
         with self.results.transaction():
             self.db.execute(SWEEP_SCHEMA)
+            have = {row[1] for row in self.db.execute("PRAGMA table_info(sweep_variants)")}
+            if "tuned" not in have:  # a store written before sweeps were tuned
+                self.db.execute("ALTER TABLE sweep_variants ADD COLUMN tuned INTEGER")
 
     def record(self, variants: list[Variant], status: str, *, result: dict | None = None, run_id: int | None = None,
                **columns: Any) -> int | None:
@@ -49,10 +55,10 @@ class SweepStore:
         def insert(run_id: int | None) -> None:
             now = datetime.now(timezone.utc).isoformat(timespec="seconds")
             self.db.executemany(
-                "INSERT OR REPLACE INTO sweep_variants VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO sweep_variants ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
                 [(v.id, v.position, v.repeat, v.pipeline_text, json.dumps(v.grid, sort_keys=True), status,
                   columns.get("error"), run_id, columns.get("structural_hash"), columns.get("class_id"),
-                  columns.get("representative"), columns.get("median_ms"), columns.get("seconds"), now)
+                  columns.get("representative"), columns.get("median_ms"), columns.get("seconds"), now, int(v.tuned))
                  for v in variants])
 
         if result is not None:

@@ -31,7 +31,7 @@ class WorkerSetup:
 
 class VariantRunner:
     """Runs the tasks of one sweep in this process and keeps what repeats across them (the imported model,
-    the optimized module of a phase-1 pipeline until its phase-2 run)."""
+    the optimized modules of recent pipelines, compiled builds)."""
 
     def __init__(self, setup: WorkerSetup):
         import importlib
@@ -47,7 +47,7 @@ class VariantRunner:
             except Exception as exc:  # reported on every task: the user's plugin is broken
                 self.plugin_error = f"plugin {module!r} failed to import: {exc.__class__.__name__}: {exc}"
         self.imported: dict[str, Any] = {}
-        self.optimized: dict[str, Any] = {}  # ir_key -> (optimized module, pass records), until its run task
+        self.optimized: dict[str, Any] = {}  # ir_key -> (optimized module, pass records), the last few
         self.builds: dict = {}  # compiled modules by IR, reused across this process's runs (run_experiment's cache)
 
     def __call__(self, kind: str, config: dict) -> tuple[str, Any]:
@@ -57,19 +57,39 @@ class VariantRunner:
 
         print(f"--- {datetime.now():%H:%M:%S} {kind} {config.get('output')} {config.get('pipeline')}", flush=True)
         try:
-            if self.plugin_error:
-                raise UserError(self.plugin_error)
             experiment = validate(config, "variant")
             if kind == "hash":
-                value, optimized = _structural_hash(experiment, Path(self.setup.base_dir), self.imported)
-                self.optimized[_ir_key(config)] = optimized
-                while len(self.optimized) > 8:  # routed elsewhere or not a class representative: drop oldest
-                    self.optimized.pop(next(iter(self.optimized)))
-                return "ok", value
+                import tvm_ffi
+
+                optimized, _records = self.optimized_module(experiment, config)
+                return "ok", f"{tvm_ffi.structural_hash(optimized) & 0xFFFFFFFFFFFFFFFF:016x}"
             return "ok", self._run(experiment, config)
         except BaseException as exc:  # noqa: BLE001 - everything a variant raises is its failure
             traceback.print_exc()
             return "error", f"{exc.__class__.__name__}: {exc}".strip()
+
+    def optimized_module(self, experiment: Experiment, config: dict) -> tuple:
+        """(optimized module, pass records) of the variant's pipeline, from the last few this process ran."""
+        from workbench.compile.targets import make_target
+        from workbench.measure.inputs import input_specs
+        from workbench.models.canonicalize import canonicalize
+        from workbench.models.importer import import_to_relax
+        from workbench.models.sources import resolve_source
+        from workbench.passes.pipeline import run_pipeline
+
+        if self.plugin_error:
+            raise UserError(self.plugin_error)
+        key = _ir_key(config)
+        if key not in self.optimized:
+            base_dir = Path(self.setup.base_dir)
+            model = json.dumps(experiment.model.model_dump(mode="json"), sort_keys=True)
+            if model not in self.imported:
+                source = resolve_source(experiment.model.source, base_dir, experiment.model.cache_dir)
+                self.imported[model] = import_to_relax(canonicalize(source, input_specs(experiment.model, base_dir)))
+            self.optimized[key] = run_pipeline(self.imported[model], experiment.pipeline, make_target(experiment.target))
+            while len(self.optimized) > 8:  # bound the memory: drop the oldest
+                self.optimized.pop(next(iter(self.optimized)))
+        return self.optimized[key]
 
     def _run(self, experiment: Experiment, config: dict) -> dict:
         import io
@@ -81,9 +101,8 @@ class VariantRunner:
         if len(self.builds) > 32:  # bound the memory a long sweep's worker holds in compiled modules
             self.builds.clear()
         original = experiment_module.run_pipeline
-        cached = self.optimized.pop(_ir_key(config), None)
-        if cached is not None:  # this process already ran the pipeline in phase 1: reuse it
-            experiment_module.run_pipeline = lambda *_a, **_k: cached
+        cached = self.optimized_module(experiment, config)  # usually run already, by this worker's hash task
+        experiment_module.run_pipeline = lambda *_a, **_k: cached
         try:
             result = experiment_module.run_experiment(experiment, Path(self.setup.base_dir),
                                                       console=Console(file=io.StringIO()), store=False,
@@ -120,8 +139,8 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker_main(conn, log_path: str, setup: WorkerSetup) -> None:
-    """Worker loop: receive (kind, config) tasks, answer with `run_variant_task`."""
+def child_process_setup(log_path: str) -> None:
+    """What every process a sweep starts does first: die with the sweep, leave Ctrl-C to it, log to a file."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -129,6 +148,11 @@ def _worker_main(conn, log_path: str, setup: WorkerSetup) -> None:
     os.dup2(log, 2)
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
+
+
+def _worker_main(conn, log_path: str, setup: WorkerSetup) -> None:
+    """Worker loop: receive (kind, config) tasks, answer with `run_variant_task`."""
+    child_process_setup(log_path)
     while True:
         try:
             kind, config = conn.recv()
@@ -137,29 +161,11 @@ def _worker_main(conn, log_path: str, setup: WorkerSetup) -> None:
         conn.send(run_variant_task(setup, kind, config))
 
 
-def _structural_hash(experiment: Experiment, base_dir: Path, cache: dict) -> tuple[str, tuple]:
-    import tvm_ffi
-
-    from workbench.measure.inputs import input_specs
-    from workbench.models.canonicalize import canonicalize
-    from workbench.models.importer import import_to_relax
-    from workbench.models.sources import resolve_source
-    from workbench.passes.pipeline import run_pipeline
-    from workbench.compile.targets import make_target
-
-    key = json.dumps(experiment.model.model_dump(mode="json"), sort_keys=True)
-    if key not in cache:
-        source = resolve_source(experiment.model.source, base_dir, experiment.model.cache_dir)
-        cache[key] = import_to_relax(canonicalize(source, input_specs(experiment.model, base_dir)))
-    optimized, records = run_pipeline(cache[key], experiment.pipeline, make_target(experiment.target))
-    return f"{tvm_ffi.structural_hash(optimized) & 0xFFFFFFFFFFFFFFFF:016x}", (optimized, records)
-
-
 def worker_setup(sweep: Sweep, base_dir: Path) -> WorkerSetup:
     return WorkerSetup(tuple(sweep.plugins), (str(sweep.path.parent.resolve()), str(base_dir)), str(base_dir))
 
 
-def _signal_name(code: int | None) -> str:
+def signal_name(code: int | None) -> str:
     if code is None or code >= 0:
         return f"exit code {code}"
     try:
@@ -193,28 +199,38 @@ class _Worker:
         self.conn.close()
 
 
-def run_tasks(pending: deque, sweep: Sweep, workers: int, base_dir: Path, on_done) -> None:
-    """Run (key, kind, config, preferred worker) tasks on `workers` worker processes.
+class LocalPool:
+    """Worker processes kept for the whole sweep (each keeps its imported model and recent pipelines), started
+    as tasks need them."""
 
-    `on_done(key, ok, value, worker_index)` is called for each; it may append new tasks to `pending`
-    (phase-2 runs are queued as soon as their class is known, preferring the worker that already holds
-    the optimized module). A worker that dies (signal, os.abort, segfault) or runs past the timeout fails
-    only its task and is replaced.
-    """
-    import multiprocessing
-    from multiprocessing.connection import wait
+    def __init__(self, sweep: Sweep, workers: int, base_dir: Path):
+        import multiprocessing
 
-    ctx = multiprocessing.get_context("spawn")
-    timeout_s = sweep.section.timeout_s
-    pool = [_Worker(ctx, i, sweep, base_dir) for i in range(max(1, min(workers, len(pending))))]
-    try:
+        self.ctx = multiprocessing.get_context("spawn")
+        self.sweep, self.size, self.base_dir = sweep, workers, base_dir
+        self.pool: list[_Worker] = []
+
+    def run(self, pending: deque, on_done) -> None:
+        """Run (key, kind, config, preferred worker) tasks; `on_done(key, ok, value, worker_index)` for each.
+
+        A task preferring a worker (the one that ran its pipeline already) waits for it unless every other
+        task does too. A worker that dies (signal, os.abort, segfault) or runs past the timeout fails only its
+        task and is replaced.
+        """
+        from multiprocessing.connection import wait
+
+        sweep, base_dir = self.sweep, self.base_dir
+        timeout_s = sweep.section.timeout_s
+        while len(self.pool) < min(self.size, len(pending)):
+            self.pool.append(_Worker(self.ctx, len(self.pool), sweep, base_dir))
+        pool = self.pool
         while pending or any(w.task for w in pool):
             for i, w in enumerate(pool):
                 if w.task is None and pending:
                     pick = next((t for t in pending if t[3] == i), None)
                     if pick is None:  # nothing routed here: take the oldest task not waiting for a busy worker
-                        pick = next((t for t in pending if t[3] is None or pool[t[3]].task is not None
-                                     or t[3] >= len(pool)), pending[0])
+                        pick = next((t for t in pending if t[3] is None or t[3] >= len(pool)
+                                     or pool[t[3]].task is not None), pending[0])
                     pending.remove(pick)
                     w.assign(pick, timeout_s)
             busy = [w for w in pool if w.task]
@@ -237,16 +253,25 @@ def run_tasks(pending: deque, sweep: Sweep, workers: int, base_dir: Path, on_don
                     pass
                 if not w.process.is_alive():
                     w.process.join()
-                    failure = (f"worker crashed ({_signal_name(w.process.exitcode)}) during "
+                    failure = (f"worker crashed ({signal_name(w.process.exitcode)}) during "
                                f"{'the pipeline' if kind == 'hash' else 'build/measure'}; log: {w.log}")
                 elif time.monotonic() > w.deadline:
                     failure = f"timeout after {timeout_s:g} s (worker killed); log: {w.log}"
                 if failure:
                     w.kill()
-                    pool[i] = _Worker(ctx, i, sweep, base_dir)
+                    pool[i] = _Worker(self.ctx, i, sweep, base_dir)
                     on_done(key, False, failure, i)
-    finally:
-        for w in pool:
+
+    def close(self) -> None:
+        for w in self.pool:
             w.kill()
+        self.pool = []
 
 
+def make_pool(sweep: Sweep, workers: int, base_dir: Path):
+    """The executor the sweep file asks for: a LocalPool, or a RayPool (same `run`/`close`)."""
+    if sweep.section.executor == "ray":
+        from workbench.sweep.ray import RayPool
+
+        return RayPool(sweep, workers, base_dir)
+    return LocalPool(sweep, workers, base_dir)
