@@ -88,6 +88,25 @@ def test_dry_run_prints_variants_and_writes_nothing(tmp_path, capsys):
     assert main(["sweep", str(tmp_path / "missing.yaml")]) == 2
 
 
+def test_set_overrides_the_sweep_file_and_its_base(tmp_path, capsys):
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(BASE))
+    path = tmp_path / "o.yaml"
+    path.write_text(yaml.safe_dump({"base": "exp.yaml", "output": str(tmp_path / "o"),
+                                    "sweep": {"orderings": ["dce", "fuse"]}}))
+    sweep = load_sweep(path, tmp_path, [f"output={tmp_path / 'elsewhere'}", "sweep.workers=1",
+                                        "base.measure.repeat=7", "base.model.inputs.x=[1, 3, 8, 8]"])
+    assert sweep.output == tmp_path / "elsewhere" and sweep.section.workers == 1
+    assert all(v.config["measure"]["repeat"] == 7 and v.config["model"]["inputs"]["x"]["shape"] == [1, 3, 8, 8]
+               for v in sweep.variants)
+    assert yaml.safe_load((tmp_path / "exp.yaml").read_text()) == BASE  # the base file itself is left alone
+    with pytest.raises(UserError, match="sweep.wrokers: unknown key — did you mean 'workers'"):
+        load_sweep(path, tmp_path, ["sweep.wrokers=1"])
+    with pytest.raises(UserError, match="measure.repat"):
+        load_sweep(path, tmp_path, ["base.measure.repat=1"])
+    assert main(["sweep", str(path), "--dry-run", "--set", "base.seed=5", "--set", "sweep.grid={seed: [1, 2]}"]) == 0
+    assert "4 variants" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------------- one real sweep, several checks
 
 

@@ -67,15 +67,19 @@ class Search(Strict):
 
 
 def _orderings_kind(value: Any) -> str | None:
+    """Which form `orderings` has: validating it reads YAML data, serializing it the model itself."""
     if isinstance(value, (list, str)):
         return "list"
     if isinstance(value, dict):
         return "search" if "search" in value else "permutations"
-    return None
+    return {Permutations: "permutations", Search: "search"}.get(type(value))
 
 
 Orderings = Annotated[Annotated[list[Any], Tag("list")] | Annotated[Permutations, Tag("permutations")]
-                      | Annotated[Search, Tag("search")], Discriminator(_orderings_kind)]
+                      | Annotated[Search, Tag("search")],
+                      Discriminator(_orderings_kind, custom_error_type="orderings_form",
+                                    custom_error_message="expected a list of pipelines, {permutations: [...]} or "
+                                                         "{search: greedy|beam|random, passes: [...]}")]
 _ORDERING_TAGS = ("list", "permutations", "search")
 
 
@@ -238,11 +242,17 @@ def _validated(data: dict, path: Path) -> SweepFile:
         return SweepFile.model_validate(data)
     except ValidationError as exc:
         lines = []
-        for error in exc.errors():  # drop the orderings union's tag from the key path
+        for error in exc.errors():  # an error inside `orderings`: described from its form, without the union's tag
             loc = list(error["loc"])
-            if "orderings" in loc[:-1] and loc[loc.index("orderings") + 1] in _ORDERING_TAGS:
-                del loc[loc.index("orderings") + 1]
-            lines.append(_describe({**error, "loc": tuple(loc)}, SweepFile))
+            at = loc.index("orderings") + 1 if "orderings" in loc[:-1] else None
+            form = {"permutations": Permutations, "search": Search}.get(loc[at]) if at is not None else None
+            if form is not None:
+                inner = _describe({**error, "loc": tuple(loc[at + 1:])}, form)
+                lines.append(".".join(map(str, loc[:at])) + "." + inner)
+            else:
+                if at is not None and loc[at] in _ORDERING_TAGS:
+                    del loc[at]
+                lines.append(_describe({**error, "loc": tuple(loc)}, SweepFile))
         raise UserError(f"{path}: invalid sweep:\n  " + "\n  ".join(lines)) from exc
 
 
