@@ -127,6 +127,7 @@ def test_tuned_sweep_survives_sigkill_in_tuning_and_in_measuring(tmp_path):
     assert counts["classes"] == 2 and counts["union"] < counts["sum"] and counts["trials"] == 2
     assert counts["seconds"] > 0
     report = (out / "report.md").read_text()
+    assert counts["tuned"] == 2  # `trials: 2`, one per task: the two heaviest of the union
     assert f"{counts['sum']} tuning tasks between them, {counts['union']} distinct by workload" in report
     assert "untuned rank" in report and (out / "latency.png").read_bytes()[:8] == PNG
 

@@ -193,28 +193,33 @@ def _errors(rows: list[dict]) -> list[list[float]]:
     return [[max(r["median_ms"] - r["ci_low"], 0) for r in rows], [max(r["ci_high"] - r["median_ms"], 0) for r in rows]]
 
 
+def _bars(ax, rows: list[dict], ys, colors) -> None:
+    ax.barh(ys, [r["median_ms"] for r in rows], xerr=_errors(rows), color=colors, capsize=3)
+    ax.set_xlim(left=0)
+
+
 def latency_plot(rows: list[dict], path: Path) -> Path:
-    """One bar per ranked class (95% CI error bars); in a tuned sweep the untuned build's bar beside each."""
+    """One bar per ranked class (95% CI error bars); a tuned sweep gets a second panel, on its own scale, with
+    the same IRs built untuned and their untuned rank."""
     shown = ranking(rows)
-    pairs = [r.get("untuned") for r in shown] if shown and shown[0]["tuned"] else []
-    height = 0.4 if not pairs else 0.38
-    fig, ax = plt.subplots(figsize=(8, (0.4 if not pairs else 0.7) * max(len(shown), 1) + 1.6))
+    tuned = bool(shown) and shown[0]["tuned"]
+    fig, axes = plt.subplots(1, 2 if tuned else 1, sharey=True, squeeze=False,
+                             figsize=(11 if tuned else 8, 0.4 * max(len(shown), 1) + 1.6))
     colors = ["tab:orange" if r["noise"] == "best" else "tab:green" if r["noise"] else "tab:blue" for r in shown]
-    ys = np.arange(len(shown), dtype=float)
-    ax.barh(ys - (height / 2 if pairs else 0), [r["median_ms"] for r in shown], height=height if pairs else 0.8,
-            xerr=_errors(shown), color=colors, capsize=3, label="tuned" if pairs else None)
-    if pairs:
-        present = [(y, r) for y, r in zip(ys, pairs) if r is not None]
-        ax.barh([y + height / 2 for y, _r in present], [r["median_ms"] for _y, r in present], height=height,
-                xerr=_errors([r for _y, r in present]), color="lightgray", edgecolor="gray", capsize=3,
-                label="untuned (same IR)")
-        for y, r in present:
-            ax.text(r["ci_high"], y + height / 2, f" untuned #{r['rank']}", va="center", fontsize=6)
-        ax.legend(fontsize=7, loc="lower right")
-    ax.set_yticks(ys, [_label(r) for r in shown], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("median latency, ms (error bars: 95% CI; orange best, green within noise of best)")
-    ax.set_title("latency per equivalence class" + (", ranked by the tuned build" if pairs else ""), fontsize=10)
+    ys = list(range(len(shown)))
+    _bars(axes[0][0], shown, ys, colors)
+    axes[0][0].set_yticks(ys, [_label(r) for r in shown], fontsize=7)
+    axes[0][0].invert_yaxis()
+    axes[0][0].set_xlabel("median latency, ms (95% CI; orange best, green within noise of best)", fontsize=8)
+    axes[0][0].set_title("tuned build, ranked" if tuned else "latency per equivalence class", fontsize=10)
+    if tuned:
+        present = [(y, r["untuned"]) for y, r in zip(ys, shown) if r.get("untuned")]
+        ax = axes[0][1]
+        _bars(ax, [u for _y, u in present], [y for y, _u in present], "lightgray")
+        for y, u in present:
+            ax.text(u["ci_high"], y, f" untuned #{u['rank']}", va="center", fontsize=7)
+        ax.set_xlabel("median latency, ms (95% CI)", fontsize=8)
+        ax.set_title("the same IR untuned (its untuned rank)", fontsize=10)
     return _save(fig, path)
 
 
@@ -310,6 +315,7 @@ def tuning_counts(tuning: dict) -> dict:
     tasks = tuning.get("tasks", {})
     return {"classes": len(tuning.get("classes", {})), "union": len(set(keys)), "sum": len(keys),
             "trials": sum(t["trials_before"] + t["trials_run"] for t in tasks.values()),
+            "tuned": sum(t["trials_before"] + t["trials_run"] > 0 for t in tasks.values()),
             "seconds": tuning.get("seconds", 0.0), "database": tuning.get("database")}
 
 
@@ -319,8 +325,9 @@ def _tuning_section(folder: Path) -> list[str]:
         return []
     return ["## Tuning",
             f"One tuning for the whole sweep: the {counts['classes']} tuned classes have {counts['sum']} tuning tasks "
-            f"between them, {counts['union']} distinct by workload (tuned once each); {counts['trials']} trials in the "
-            f"database `{counts['database']}`; tuning wall time {counts['seconds']:.0f} s. Each class is built once "
+            f"between them, {counts['union']} distinct by workload (a kernel shared by classes is one task); "
+            f"{counts['tuned']} of those got trials, {counts['trials']} in all, in the database `{counts['database']}`; "
+            f"tuning wall time {counts['seconds']:.0f} s. Each class is built once "
             "with that database and once without; the ranking is by the tuned build, the untuned rank beside it."]
 
 
