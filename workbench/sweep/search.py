@@ -15,7 +15,6 @@ steps, the trajectory (best so far against distinct variants measured) and the b
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import numpy as np
 
@@ -29,9 +28,11 @@ Sequence = tuple[int, ...]  # indices into the search's passes
 
 
 class OrderingSearch:
+    """One search over a sweep being run: what it scored, which IRs it measured, its trajectory."""
+
     def __init__(self, sweep: Sweep, run: SweepRun):
         spec = sweep.search
-        self.sweep, self.run_ = sweep, run
+        self.sweep, self.sweep_run = sweep, run
         self.spec = spec
         self.passes = _specs(spec.passes, f"{sweep.path}: sweep.orderings.passes")
         self.prefix = _specs(spec.prefix, f"{sweep.path}: sweep.orderings.prefix")
@@ -56,7 +57,7 @@ class OrderingSearch:
     def _score(self, variants: list[Variant]) -> float | None:
         """The candidate's median (over repeats) of the builds the search ranks by (tuned, in a tuned sweep)."""
         ranked = [v for v in variants if v.tuned == (self.sweep.tuning is not None)]
-        medians = [self.run_.rows.get(v.id, {}).get("median_ms") for v in ranked]
+        medians = [self.sweep_run.rows.get(v.id, {}).get("median_ms") for v in ranked]
         if not medians or any(m is None for m in medians):
             return None
         return float(np.median(medians))
@@ -66,7 +67,7 @@ class OrderingSearch:
         scored ones (those past the budget are left out)."""
         fresh = list(dict.fromkeys(s for s in sequences if s not in self.scores))
         made = {s: self.sweep.make_variants(self.prefix + [self.passes[i] for i in s] + self.suffix) for s in fresh}
-        hashes = self.run_.hash([v for vs in made.values() for v in vs])
+        hashes = self.sweep_run.hash([v for vs in made.values() for v in vs])
         admitted, new = [], set()
         for seq in fresh:
             status, value, _worker = hashes[made[seq][0].ir_key]
@@ -78,7 +79,7 @@ class OrderingSearch:
             admitted.append(seq)
         variants = self.sweep.add([v for seq in admitted for v in made[seq]])
         write_marker(self.sweep)
-        self.run_.measure(variants, hashes)
+        self.sweep_run.measure(variants, hashes)
         best = self.trajectory[-1]["best_ms"] if self.trajectory else None
         count = sum(p["new"] for p in self.trajectory)
         for seq in admitted:
