@@ -14,7 +14,7 @@ import yaml
 
 from workbench.cli import main
 from workbench.errors import UserError
-from workbench.sweep import load_sweep
+from workbench.sweep.spec import load_sweep
 
 BASE = {
     "name": "sw",
@@ -88,6 +88,25 @@ def test_dry_run_prints_variants_and_writes_nothing(tmp_path, capsys):
     assert main(["sweep", str(tmp_path / "missing.yaml")]) == 2
 
 
+def test_set_overrides_the_sweep_file_and_its_base(tmp_path, capsys):
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(BASE))
+    path = tmp_path / "o.yaml"
+    path.write_text(yaml.safe_dump({"base": "exp.yaml", "output": str(tmp_path / "o"),
+                                    "sweep": {"orderings": ["dce", "fuse"]}}))
+    sweep = load_sweep(path, tmp_path, [f"output={tmp_path / 'elsewhere'}", "sweep.workers=1",
+                                        "base.measure.repeat=7", "base.model.inputs.x=[1, 3, 8, 8]"])
+    assert sweep.output == tmp_path / "elsewhere" and sweep.section.workers == 1
+    assert all(v.config["measure"]["repeat"] == 7 and v.config["model"]["inputs"]["x"]["shape"] == [1, 3, 8, 8]
+               for v in sweep.variants)
+    assert yaml.safe_load((tmp_path / "exp.yaml").read_text()) == BASE  # the base file itself is left alone
+    with pytest.raises(UserError, match="sweep.wrokers: unknown key — did you mean 'workers'"):
+        load_sweep(path, tmp_path, ["sweep.wrokers=1"])
+    with pytest.raises(UserError, match="measure.repat"):
+        load_sweep(path, tmp_path, ["base.measure.repat=1"])
+    assert main(["sweep", str(path), "--dry-run", "--set", "base.seed=5", "--set", "sweep.grid={seed: [1, 2]}"]) == 0
+    assert "4 variants" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------------- one real sweep, several checks
 
 
@@ -128,7 +147,7 @@ def test_equivalent_orderings_are_measured_once(finished_sweep):
 
 def test_report_ranks_plots_and_exports(finished_sweep, capsys):
     _code, out, rows, _runs, _path = finished_sweep
-    from workbench.sweep_report import ranked_rows
+    from workbench.sweep.report import ranked_rows
 
     ranked, failed, _meta = ranked_rows(out)
     assert [r["rank"] for r in ranked] == [1, 2] and ranked[0]["median_ms"] <= ranked[1]["median_ms"]
@@ -232,7 +251,8 @@ def test_worker_runs_reuse_builds_of_equal_ir_and_leave_the_store_to_the_parent(
 
 def _sweep_writer(path, worker, start):
     from test_results import sample_result
-    from workbench.sweep import SweepStore, Variant
+    from workbench.sweep.spec import Variant
+    from workbench.sweep.store import SweepStore
 
     start.wait(60)  # both processes are up before either writes: the writes really overlap
     store = SweepStore(path)

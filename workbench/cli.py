@@ -156,10 +156,10 @@ def make_parser() -> argparse.ArgumentParser:
 
     report = verbs.add_parser("report", help="rebuild report.md and the table from a run folder")
     report.add_argument("run_dir", help="a run folder (or its result.json)")
-    from workbench import sweep as sweep_verb  # light import (no TVM): the verb and the report dispatch
+    from workbench.sweep import command as sweep_verb  # light import (no TVM): the verb and the report dispatch
 
-    report.set_defaults(handler=sweep_verb.report_dispatch(cmd_report))  # a sweep folder gets the sweep report
-    sweep = sweep_verb.add_parser(verbs)
+    report.set_defaults(handler=sweep_verb.report_dispatch(cmd_report, stdout))  # a sweep folder: the sweep report
+    sweep = sweep_verb.add_parser(verbs, stdout, stderr)
     for sub in (run, tune, profile, passes, report, sweep):
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return parser

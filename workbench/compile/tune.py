@@ -143,7 +143,7 @@ def open_database(path: Path, create: bool) -> ms.database.JSONDatabase:
     return ms.database.JSONDatabase(work_dir=str(path))
 
 
-def _task_cost(task: ms.ExtractedTask) -> float:
+def task_cost(task: ms.ExtractedTask) -> float:
     try:
         return estimate_tir_flops(task.dispatched[0]) * int(task.weight)
     except Exception:  # noqa: BLE001 - a kernel FLOPs cannot be estimated for is simply tuned last
@@ -157,7 +157,7 @@ def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target) -> list[ms.Extra
     """
     tasks = ms.relax_integration.extract_tasks(mod, tuning_target(target))
     tasks = [task for task in tasks if not task.mod.attrs.get("tirx.is_scheduled", False)]
-    return sorted(tasks, key=_task_cost, reverse=True)
+    return sorted(tasks, key=task_cost, reverse=True)
 
 
 def _workload_key(task_mod: tvm.IRModule) -> str:
@@ -254,7 +254,7 @@ def plan(tasks: list[ms.ExtractedTask], database: ms.database.Database, database
     search round: the profile puts such kernels under 1% of the time, and a full budget on each would cost as
     much tuning time as a conv."""
     per_task = config.trials_per_task or max(1, math.ceil(config.trials / max(1, len(tasks))))
-    costs = [_task_cost(t) for t in tasks]
+    costs = [task_cost(t) for t in tasks]
     light = LIGHT_SHARE * sum(costs)
     exhausted = _exhausted(database_dir)
     return [TaskResult(t.task_name, int(t.weight), per_task if cost >= light else min(per_task, config.trials_per_iter),

@@ -93,7 +93,21 @@ def ranked_rows(folder: Path) -> tuple[list[dict], list[dict], dict]:
             "accuracy_ok": None if None in accuracy else all(accuracy),
             "structural_hash": members[0]["structural_hash"],
             "passes": [p["name"] for p in first.get("passes", [])],
+            "tuned": bool(members[0].get("tuned")),
+            "covered": len(first["tuning"].get("covered", [])) if first.get("tuning") else None,
         })
+    for tuned in (False, True):
+        _rank([r for r in rows if r["tuned"] == tuned])
+    untuned = {(r["structural_hash"], json.dumps(r["grid"], sort_keys=True)): r for r in rows if not r["tuned"]}
+    for row in rows:
+        if row["tuned"]:
+            row["untuned"] = untuned.get((row["structural_hash"], json.dumps(row["grid"], sort_keys=True)))
+    rows.sort(key=lambda r: (not r["tuned"], r["median_ms"]))  # a tuned sweep ranks by the tuned builds
+    return rows, failed, meta
+
+
+def _rank(rows: list[dict]) -> None:
+    """Rank by median; flag the rows whose 95% CI overlaps the best one's."""
     rows.sort(key=lambda r: r["median_ms"])
     if rows:
         best = rows[0]
@@ -101,7 +115,16 @@ def ranked_rows(folder: Path) -> tuple[list[dict], list[dict], dict]:
             row["rank"] = rank
             overlaps = row["ci_low"] <= best["ci_high"] and best["ci_low"] <= row["ci_high"]
             row["noise"] = "best" if rank == 1 else ("within noise of best" if overlaps else "")
-    return rows, failed, meta
+
+
+def ranking(rows: list[dict]) -> list[dict]:
+    """The rows the ranking shows: the tuned classes in a tuned sweep (untuned beside them), else all."""
+    tuned = [r for r in rows if r["tuned"]]
+    return tuned or rows
+
+
+def _ms(median: float, low: float, high: float) -> list[str]:
+    return [f"{median:.3f}", f"[{low:.3f}, {high:.3f}]"]
 
 
 def _cells(row: dict, baselines: list[str]) -> list[str]:
@@ -111,13 +134,22 @@ def _cells(row: dict, baselines: list[str]) -> list[str]:
     grid = ", ".join(f"{k}={json.dumps(v)}" for k, v in row["grid"].items())
     speedups = [f"{row['speedup'][b]:.2f}×" if b in row["speedup"] else "—" for b in baselines]
     ok = {True: "ok", False: "FAIL", None: "—"}[row["accuracy_ok"]]
-    return [str(row["rank"]), pipeline, grid or "—", f"{row['median_ms']:.3f}",
-            f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]", str(row["repeats"]), *speedups,
-            "—" if row["kernels"] is None else str(row["kernels"]), ok, row["noise"]]
+    untuned = []
+    if row["tuned"]:
+        other = row.get("untuned")
+        untuned = (_ms(other["median_ms"], other["ci_low"], other["ci_high"]) + [str(other["rank"])]
+                   if other else ["—", "—", "—"])
+    kernels = "—" if row["kernels"] is None else str(row["kernels"])
+    if row["covered"] is not None:
+        kernels += f" ({row['covered']} tuned)"
+    return [str(row["rank"]), pipeline, grid or "—", *_ms(row["median_ms"], row["ci_low"], row["ci_high"]), *untuned,
+            str(row["repeats"]), *speedups, kernels, ok, row["noise"]]
 
 
-def _header(baselines: list[str]) -> list[str]:
-    return ["rank", "pipeline", "grid", "median ms", "95% CI ms", "repeats", *[f"vs {b}" for b in baselines],
+def _header(baselines: list[str], tuned: bool) -> list[str]:
+    mode = ["tuned ms", "95% CI ms", "untuned ms", "untuned CI ms", "untuned rank"] if tuned else \
+        ["median ms", "95% CI ms"]
+    return ["rank", "pipeline", "grid", *mode, "repeats", *[f"vs {b}" for b in baselines],
             "kernels", "accuracy", "noise"]
 
 
@@ -127,16 +159,20 @@ def _baselines(rows: list[dict]) -> list[str]:
 
 def console_table(folder: Path) -> Table:
     rows, failed, meta = ranked_rows(folder)
-    baselines = _baselines(rows)
-    table = Table(title=f"sweep {meta['name']}: {len(rows)} equivalence classes ranked, {len(failed)} variants failed",
+    shown = ranking(rows)
+    tuned = bool(shown) and shown[0]["tuned"]
+    baselines = _baselines(shown)
+    table = Table(title=f"sweep {meta['name']}: {len(shown)} equivalence classes ranked"
+                        + (" by the tuned build" if tuned else "") + f", {len(failed)} variants failed",
                   caption="vs X = X's median / this variant's median (> 1: this variant is faster)")
-    for column in _header(baselines):
+    header = _header(baselines, tuned)
+    for column in header:
         table.add_column(column, justify="left" if column in ("pipeline", "grid", "accuracy", "noise") else "right")
-    for row in rows:
+    for row in shown:
         table.add_row(*_cells(row, baselines), style="bold" if row["rank"] == 1 else None)
     for v in failed:
-        table.add_row("✗", v["pipeline_text"] or "(empty)", v["grid_json"] if v["grid_json"] != "{}" else "—",
-                      "failed", "", "", *[""] * len(baselines), "", "", (v["error"] or "")[:80], style="red")
+        cells = [v["pipeline_text"] or "(empty)", v["grid_json"] if v["grid_json"] != "{}" else "—", "failed"]
+        table.add_row("✗", *cells, *[""] * (len(header) - 5), (v["error"] or "")[:80], style="red")
     return table
 
 
@@ -148,19 +184,62 @@ def _save(fig, path: Path) -> Path:
     return atomic_write_bytes(path, buffer.getvalue())
 
 
+def _label(r: dict) -> str:
+    return ((r["pipeline_text"] or "(empty)") + (f" (+{len(r['equivalent'])}≡)" if r["equivalent"] else "")
+            + (" " + ",".join(f"{k.split('.')[-1]}={v}" for k, v in r["grid"].items()) if r["grid"] else ""))
+
+
+def _errors(rows: list[dict]) -> list[list[float]]:
+    return [[max(r["median_ms"] - r["ci_low"], 0) for r in rows], [max(r["ci_high"] - r["median_ms"], 0) for r in rows]]
+
+
+def _bars(ax, rows: list[dict], ys, colors) -> None:
+    ax.barh(ys, [r["median_ms"] for r in rows], xerr=_errors(rows), color=colors, capsize=3)
+    ax.set_xlim(left=0)
+
+
 def latency_plot(rows: list[dict], path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 0.4 * max(len(rows), 1) + 1.6))
-    labels = [(r["pipeline_text"] or "(empty)") + (f" (+{len(r['equivalent'])}≡)" if r["equivalent"] else "")
-              + (" " + ",".join(f"{k.split('.')[-1]}={v}" for k, v in r["grid"].items()) if r["grid"] else "")
-              for r in rows]
-    medians = [r["median_ms"] for r in rows]
-    errors = [[max(r["median_ms"] - r["ci_low"], 0) for r in rows], [max(r["ci_high"] - r["median_ms"], 0) for r in rows]]
-    colors = ["tab:orange" if r["noise"] == "best" else "tab:green" if r["noise"] else "tab:blue" for r in rows]
-    ax.barh(range(len(rows)), medians, xerr=errors, color=colors, capsize=3)
-    ax.set_yticks(range(len(rows)), labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("median latency, ms (error bars: 95% CI; orange best, green within noise of best)")
-    ax.set_title("latency per equivalence class", fontsize=10)
+    """One bar per ranked class (95% CI error bars); a tuned sweep gets a second panel, on its own scale, with
+    the same IRs built untuned and their untuned rank."""
+    shown = ranking(rows)
+    tuned = bool(shown) and shown[0]["tuned"]
+    fig, axes = plt.subplots(1, 2 if tuned else 1, sharey=True, squeeze=False,
+                             figsize=(11 if tuned else 8, 0.4 * max(len(shown), 1) + 1.6))
+    colors = ["tab:orange" if r["noise"] == "best" else "tab:green" if r["noise"] else "tab:blue" for r in shown]
+    ys = list(range(len(shown)))
+    _bars(axes[0][0], shown, ys, colors)
+    axes[0][0].set_yticks(ys, [_label(r) for r in shown], fontsize=7)
+    axes[0][0].invert_yaxis()
+    axes[0][0].set_xlabel("median latency, ms (95% CI; orange best, green within noise of best)", fontsize=8)
+    axes[0][0].set_title("tuned build, ranked" if tuned else "latency per equivalence class", fontsize=10)
+    if tuned:
+        present = [(y, r["untuned"]) for y, r in zip(ys, shown) if r.get("untuned")]
+        ax = axes[0][1]
+        _bars(ax, [u for _y, u in present], [y for y, _u in present], "lightgray")
+        for y, u in present:
+            ax.text(u["ci_high"], y, f" untuned #{u['rank']}", va="center", fontsize=7)
+        ax.set_xlabel("median latency, ms (95% CI)", fontsize=8)
+        ax.set_title("the same IR untuned (its untuned rank)", fontsize=10)
+    return _save(fig, path)
+
+
+def search_plot(search: dict, path: Path) -> Path:
+    """Best-so-far latency against distinct variants measured, every candidate as a point."""
+    points = [p for p in search["trajectory"] if p["median_ms"] is not None]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    steps = [(p["measured"], p["best_ms"]) for p in search["trajectory"] if p["best_ms"] is not None]
+    if steps:
+        ax.step([x for x, _ in steps], [y for _, y in steps], where="post", color="tab:orange", label="best so far")
+    new = [p for p in points if p["new"]]
+    again = [p for p in points if not p["new"]]
+    ax.scatter([p["measured"] for p in new], [p["median_ms"] for p in new], s=14, label="candidate (measured)")
+    if again:
+        ax.scatter([p["measured"] for p in again], [p["median_ms"] for p in again], s=24, marker="x", color="gray",
+                   label="equivalent IR (not measured again)")
+    ax.set(xlabel="distinct variants measured", ylabel="median latency, ms" + (" (tuned)" if search["tuned"] else ""),
+           title=f"{search['strategy']} search, budget {search['budget']}")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(fontsize=7)
     return _save(fig, path)
 
 
@@ -205,8 +284,8 @@ def write_csv(folder: Path, rows: list[dict], failed: list[dict]) -> tuple[Path,
     from workbench.record.store import ResultsStore
 
     buffer = io.StringIO()
-    columns = ["rank", "class_id", "pipeline_text", "equivalent", "grid", "repeats", "median_ms", "ci_low", "ci_high",
-               "kernels", "accuracy_ok", "noise", "speedup", "members", "status", "error"]
+    columns = ["rank", "class_id", "tuned", "pipeline_text", "equivalent", "grid", "repeats", "median_ms", "ci_low",
+               "ci_high", "kernels", "accuracy_ok", "noise", "speedup", "members", "status", "error"]
     writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
     writer.writeheader()
     for r in rows:
@@ -223,17 +302,67 @@ def write_csv(folder: Path, rows: list[dict], failed: list[dict]) -> tuple[Path,
     return ranked, every
 
 
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def tuning_counts(tuning: dict) -> dict:
+    """Distinct tuning tasks of the tuned classes (their union) against the sum of each class's own count."""
+    keys = [key for keys in tuning.get("classes", {}).values() for key in keys]
+    tasks = tuning.get("tasks", {})
+    return {"classes": len(tuning.get("classes", {})), "union": len(set(keys)), "sum": len(keys),
+            "trials": sum(t["trials_before"] + t["trials_run"] for t in tasks.values()),
+            "tuned": sum(t["trials_before"] + t["trials_run"] > 0 for t in tasks.values()),
+            "seconds": tuning.get("seconds", 0.0), "database": tuning.get("database")}
+
+
+def _tuning_section(folder: Path) -> list[str]:
+    counts = tuning_counts(_read_json(folder / "tuning.json"))
+    if not counts["classes"]:
+        return []
+    return ["## Tuning",
+            f"One tuning for the whole sweep: the {counts['classes']} tuned classes have {counts['sum']} tuning tasks "
+            f"between them, {counts['union']} distinct by workload (a kernel shared by classes is one task); "
+            f"{counts['tuned']} of those got trials, {counts['trials']} in all, in the database `{counts['database']}`; "
+            f"tuning wall time {counts['seconds']:.0f} s. Each class is built once "
+            "with that database and once without; the ranking is by the tuned build, the untuned rank beside it."]
+
+
+def _search_section(folder: Path) -> list[str]:
+    search = _read_json(folder / "search.json")
+    if not search:
+        return []
+    plot = search_plot(search, folder / "search.png")
+    best = search.get("best") or {}
+    table = _markdown(["step", "pipeline", "median ms", "best so far ms", "distinct measured", ""],
+                      [[p["step"], p["pipeline"] or "(empty)", "—" if p["median_ms"] is None else f"{p['median_ms']:.3f}",
+                        "—" if p["best_ms"] is None else f"{p['best_ms']:.3f}", str(p["measured"]),
+                        "failed" if p["failed"] else ("" if p["new"] else "equivalent IR, not measured again")]
+                       for p in search["trajectory"]])
+    return ["## Ordering search",
+            f"{search['strategy']} search: {search['measured']} distinct variants measured (budget {search['budget']}); "
+            f"best sequence found: `{best.get('pipeline', '—')}` at "
+            + (f"{best['median_ms']:.3f} ms" if best else "—") + (" (tuned)" if search["tuned"] else ""),
+            f"![search trajectory]({plot.name})", table]
+
+
 def write_sweep_report(folder: Path) -> Path:
-    """Write report.md, latency.png, attribution.png, variants.csv and all_rows.csv into the sweep folder."""
+    """Write report.md, latency.png, attribution.png, variants.csv and all_rows.csv (and for a search
+    search.png) into the sweep folder."""
     folder = Path(folder)
     rows, failed, meta = ranked_rows(folder)
-    baselines = _baselines(rows)
+    shown = ranking(rows)
+    tuned = bool(shown) and shown[0]["tuned"]
+    baselines = _baselines(shown)
     latency = latency_plot(rows, folder / "latency.png")
-    attribution = attribution_plot(rows, meta.get("permuted") or [], folder / "attribution.png")
+    attribution = attribution_plot(shown, meta.get("permuted") or [], folder / "attribution.png")
     ranked_csv, all_csv = write_csv(folder, rows, failed)
     classes = "\n".join(f"- `{r['pipeline_text'] or '(empty)'}` ≡ " + ", ".join(f"`{e}`" for e in r["equivalent"])
                         + f" (structural hash {r['structural_hash']}, measured once)"
-                        for r in rows if r["equivalent"]) or "(every measured variant has distinct optimized IR)"
+                        for r in shown if r["equivalent"]) or "(every measured variant has distinct optimized IR)"
     failures = _markdown(["variant", "pipeline", "grid", "error"],
                          [[v["id"], v["pipeline_text"] or "(empty)", v["grid_json"], (v["error"] or "").splitlines()[0]
                            if v["error"] else ""] for v in failed]) if failed else "(none)"
@@ -241,12 +370,18 @@ def write_sweep_report(folder: Path) -> Path:
     text = "\n\n".join([
         f"# Sweep {meta['name']}",
         f"- sweep file: `{meta.get('sweep_file')}`\n- variants: {total} ({len(failed)} failed), "
-        f"equivalence classes measured: {len(rows)}\n- repeats per variant: {meta['section'].get('repeats')}",
-        "## Ranking",
-        _markdown(_header(baselines), [_cells(r, baselines) for r in rows]) if rows else "(nothing measured yet)",
+        f"equivalence classes measured: {len(rows)}" + (f" ({len(shown)} tuned, {len(rows) - len(shown)} untuned)"
+                                                        if tuned else "")
+        + f"\n- repeats per variant: {meta['section'].get('repeats')}",
+        *_tuning_section(folder),
+        "## Ranking" + (" (by the tuned build)" if tuned else ""),
+        _markdown(_header(baselines, tuned), [_cells(r, baselines) for r in shown]) if rows else "(nothing measured yet)",
         "*vs X* = X's median / this variant's median, in the same run (> 1: this variant is faster). "
-        "*within noise of best*: its 95% CI overlaps the best one's.",
+        "*within noise of best*: its 95% CI overlaps the best one's."
+        + (" *untuned rank*: the same IR's rank among the untuned builds; *kernels (N tuned)*: N of them got a "
+           "schedule from the database." if tuned else ""),
         f"![latency]({latency.name})",
+        *_search_section(folder),
         "## Per-pass attribution",
         f"![attribution]({attribution.name})",
         "## Equivalent orderings",

@@ -1,0 +1,109 @@
+"""Ordering search: sequences grow step by step, equivalent IR is measured once, the budget counts distinct IRs,
+and a resumed (or extended) search measures nothing twice. Real pipelines, builds and measurements, tiny model."""
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workbench.cli import main
+from workbench.errors import UserError
+from workbench.sweep.spec import load_sweep
+
+BASE = {
+    "name": "search",
+    "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 16, 16]}},
+    "baselines": [],
+    "accuracy": {"reference": "workbench"},
+    "measure": {"warmup": 1, "repeat": 2},
+}
+PASSES = ["fold_constant", "fold_batchnorm", "fuse"]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def write_search(tmp_path: Path, name: str = "s", **search) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"base": BASE, "output": str(tmp_path / name), "sweep": {
+        "orderings": {"passes": PASSES, **search}, "workers": 2}}))
+    return path
+
+
+def outcome(out: Path) -> tuple[dict, dict, int]:
+    with sqlite3.connect(out / "results.sqlite") as db:
+        rows = {text: (status, run_id, h) for text, status, run_id, h in
+                db.execute("select pipeline_text, status, run_id, structural_hash from sweep_variants")}
+        runs = db.execute("select count(*) from runs").fetchone()[0]
+    return json.loads((out / "search.json").read_text()), rows, runs
+
+
+def test_greedy_grows_the_best_sequence_measures_equal_ir_once_and_resumes(tmp_path):
+    # after `fuse` (the prefix) the graph-level passes find little: fuse,dce is the reference's IR and
+    # fuse,fold_batchnorm that of fuse,fold_constant, whatever the timings
+    path = write_search(tmp_path, search="greedy", budget=2, prefix=["fuse"], passes=["fold_constant",
+                                                                                      "fold_batchnorm", "dce"])
+    assert main(["sweep", str(path)]) == 0
+    search, rows, runs = outcome(tmp_path / "s")
+    assert search["measured"] == runs == 2  # the budget: distinct IRs measured, then it stops
+    first_runs = {text: run_id for text, (_s, run_id, _h) in rows.items()}
+
+    # more budget on the same output: the finished steps are replayed from the store, the search carries on
+    assert main(["sweep", str(path), "--resume", "--set", "sweep.orderings.budget=5"]) == 0
+    search, rows, runs = outcome(tmp_path / "s")
+    assert all(rows[text][1] == run_id for text, run_id in first_runs.items())  # nothing measured again
+    trajectory = search["trajectory"]
+    assert trajectory[0]["step"] == "reference" and trajectory[0]["pipeline"] == "fuse"
+    by_step: dict[str, list[str]] = {}
+    for point in trajectory:
+        by_step.setdefault(point["step"], []).append(point["pipeline"])
+    passes = ["fold_constant", "fold_batchnorm", "dce"]
+    assert sorted(by_step["length 1"]) == sorted(f"fuse,{p}" for p in passes)  # every one-pass sequence ...
+    one = {p["pipeline"]: p["median_ms"] for p in trajectory if p["step"] == "length 1"}
+    winner = min(one, key=one.get)
+    if "length 2" in by_step:  # ... then the best one extended by each other pass
+        assert sorted(by_step["length 2"]) == sorted(f"{winner},{p}" for p in passes if p not in winner.split(","))
+    new = {p["pipeline"]: p["new"] for p in trajectory}
+    assert not new["fuse,dce"] and new["fuse,fold_constant"] != new["fuse,fold_batchnorm"]
+    # equivalent IR: measured once, every equivalent candidate recorded with that class's run
+    hashes = {h for _s, _r, h in rows.values()}
+    assert runs == len(hashes) == search["measured"] <= 5
+    for point in trajectory:
+        status, run_id, h = rows[point["pipeline"]]
+        assert status == "done" and run_id is not None
+    bests = [p["best_ms"] for p in trajectory]
+    assert bests == sorted(bests, reverse=True) and search["best"]["median_ms"] == bests[-1]
+    assert [p["measured"] for p in trajectory] == sorted(p["measured"] for p in trajectory)
+
+    # resumed once more: the same search, nothing new
+    assert main(["sweep", str(path), "--resume", "--set", "sweep.orderings.budget=5"]) == 0
+    again, _rows, runs_again = outcome(tmp_path / "s")
+    assert runs_again == runs and again["trajectory"] == trajectory
+    report = (tmp_path / "s" / "report.md").read_text()
+    assert "## Ordering search" in report and f"`{search['best']['pipeline']}`" in report
+    assert (tmp_path / "s" / "search.png").read_bytes()[:8] == PNG
+
+
+@pytest.mark.parametrize("strategy", ["beam", "random"])
+def test_beam_and_random_respect_the_budget_and_the_pass_set(tmp_path, strategy):
+    path = write_search(tmp_path, search=strategy, budget=3, max_length=2, beam_width=2, seed=1)
+    assert main(["sweep", str(path)]) == 0
+    search, rows, runs = outcome(tmp_path / "s")
+    assert runs == search["measured"] <= 3
+    for point in search["trajectory"][1:]:
+        passes = point["pipeline"].split(",")
+        assert 1 <= len(passes) <= 2 and len(set(passes)) == len(passes) and set(passes) <= set(PASSES)
+    texts = [p["pipeline"] for p in search["trajectory"]]
+    assert len(texts) == len(set(texts))  # no sequence tried twice
+
+
+def test_search_file_errors_name_the_key(tmp_path):
+    with pytest.raises(UserError, match=r"sweep\.orderings\.budgt: unknown key — did you mean 'budget'"):
+        load_sweep(write_search(tmp_path, search="greedy", budgt=3), tmp_path)
+    with pytest.raises(UserError, match=r"sweep\.orderings\.search"):
+        load_sweep(write_search(tmp_path, search="annealing"), tmp_path)
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump({"base": BASE, "sweep": {"orderings": {"search": "greedy", "passes": PASSES},
+                                                            "grid": {"seed": [0, 1]}}}))
+    with pytest.raises(UserError, match="sweep.grid"):
+        load_sweep(path, tmp_path)

@@ -1,0 +1,6 @@
+"""Sweeps: many variants of one experiment (orderings × grid, or an ordering search), crash-isolated, resumable.
+
+spec: the sweep file and its expansion · store: the sweep's SQLite table · workers: the variant function and the
+local process pool · ray: the Ray executor · run: the phases of a sweep · report: ranking, plots, CSV ·
+command: the CLI verb. Nothing here imports workbench.cli.
+"""

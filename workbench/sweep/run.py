@@ -1,0 +1,197 @@
+"""Running a sweep: hash, (tune), measure; every outcome recorded as it arrives; resume.
+
+A batch of variants (a fixed sweep is one batch, a search one per step) goes through, in worker processes:
+1. hash: per distinct (model, target, pipeline), run only the pipeline and take the structural hash of the
+   optimized module (seconds);
+2. tune (tuned sweeps only): one tuning process tunes the union of the new classes' kernels, deduplicated by
+   workload, into the sweep's database (see tuning.py);
+3. measure: per equivalence class (same optimized IR, same everything else, same repeat index) one full
+   `run_experiment`, on the worker that ran its pipeline; every member is recorded with that run's id.
+Each variant's outcome is one row of `sweep_variants` in `<output>/results.sqlite`, committed in its own
+transaction together with the run it refers to; `--resume` skips variants done and reuses classes measured.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from workbench.atomic import atomic_write_json
+from workbench.errors import UserError
+from workbench.sweep.spec import SWEEP_MARKER, Sweep, Variant, _digest
+from workbench.sweep.store import SweepStore
+from workbench.sweep.tuning import read_tuning_summary, tune_classes
+from workbench.sweep.workers import make_pool
+
+
+@dataclass
+class _Class:
+    key: tuple[str, int]  # (class id, repeat)
+    hash: str
+    worker: int | None  # the worker that ran the pipeline (and still holds the optimized module)
+    members: list[Variant] = field(default_factory=list)
+    started: float = 0.0
+
+
+def write_marker(sweep: Sweep) -> None:
+    """`sweep.json`: what the sweep is (rewritten as a search adds variants); `workbench report` looks for it."""
+    atomic_write_json(sweep.output / SWEEP_MARKER, {
+        "name": sweep.name, "sweep_file": str(sweep.path), "permuted": sweep.permuted,
+        "section": sweep.section.model_dump(mode="json"), "plugins": sweep.plugins,
+        "tuned": sweep.tuning is not None,
+        "variants": [{"id": v.id, "pipeline_text": v.pipeline_text, "grid": v.grid, "repeat": v.repeat,
+                      "tuned": v.tuned} for v in sweep.variants],
+    })
+
+
+class SweepRun:
+    """One sweep being run: its store, its workers and its progress bar."""
+
+    def __init__(self, sweep: Sweep, base_dir: Path, store: SweepStore, pool, progress: Progress):
+        self.sweep, self.base_dir, self.store, self.pool, self.progress = sweep, base_dir, store, pool, progress
+        self.rows = store.rows()
+        self.failed = 0
+        medians = [r["median_ms"] for r in self.rows.values() if r["status"] == "done" and r["median_ms"]]
+        self.best = min(medians) if medians else None
+        self.bar = progress.add_task(sweep.name, total=len(sweep.variants), completed=self._done(),
+                                     status=self._status())
+
+    def _done(self) -> int:
+        return sum(self.rows.get(v.id, {}).get("status") == "done" for v in self.sweep.variants)
+
+    def _status(self) -> str:
+        best = f"{self.best:.3f} ms" if self.best is not None else "—"
+        remaining = len(self.sweep.variants) - self._done() - self.failed
+        return f"done [green]{self._done()}[/] failed [red]{self.failed}[/] remaining {remaining} · best median {best}"
+
+    def _record(self, members: list[Variant], status: str, result: dict | None = None, **columns: Any) -> None:
+        run_id = self.store.record(members, status, result=result, **columns)
+        for v in members:
+            self.rows[v.id] = {"id": v.id, "status": status, "run_id": run_id, "repeat": v.repeat, **columns}
+        if status == "failed":
+            self.failed += len(members)
+        elif columns.get("median_ms") is not None:
+            self.best = columns["median_ms"] if self.best is None else min(self.best, columns["median_ms"])
+        self.progress.update(self.bar, total=len(self.sweep.variants), completed=self._done(), status=self._status())
+
+    def hash(self, variants: list[Variant]) -> dict[str, tuple[str, str, int | None]]:
+        """ir_key -> ("ok", structural hash, worker) or ("error", message, worker): each distinct pipeline run
+        once; a pipeline with a variant done before keeps its recorded hash."""
+        out: dict[str, tuple] = {}
+        for v in variants:
+            row = self.rows.get(v.id)
+            if row and row["status"] == "done" and row.get("structural_hash"):
+                out[v.ir_key] = ("ok", row["structural_hash"], None)
+        todo: dict[str, Variant] = {}
+        for v in variants:
+            if v.ir_key not in out:
+                todo.setdefault(v.ir_key, v)
+        if todo:
+            self.progress.update(self.bar, description=f"{self.sweep.name}: pipelines")
+
+            def on_done(key: str, ok: bool, value: Any, worker: int | None) -> None:
+                out[key] = ("ok" if ok else "error", value, worker)
+
+            self.pool.run(deque((k, "hash", v.config, None) for k, v in todo.items()), on_done)
+        return out
+
+    def measure(self, variants: list[Variant], hashes: dict[str, tuple]) -> None:
+        """Record every variant not done yet: a failed pipeline as failed, a member of a class measured before
+        with that class's run, the rest tuned (tuned classes) and measured, one run per class."""
+        classes: dict[tuple[str, int], _Class] = {}
+        for v in variants:
+            if self.rows.get(v.id, {}).get("status") == "done":
+                continue
+            status, value, worker = hashes[v.ir_key]
+            if status != "ok":
+                self._record([v], "failed", error=value)
+                continue
+            key = (_digest([value, v.setting_key])[:12], v.repeat)
+            classes.setdefault(key, _Class(key, value, worker)).members.append(v)
+        measured = {(r["class_id"], r["repeat"]): r for r in self.rows.values()
+                    if r["status"] == "done" and r.get("class_id")}
+        fresh = []
+        for key, c in classes.items():
+            if key in measured:  # measured before (an interruption, or an equivalent search candidate): reuse
+                r = measured[key]
+                self._record(c.members, "done", run_id=r["run_id"], median_ms=r["median_ms"],
+                             structural_hash=c.hash, class_id=key[0], representative=r["representative"],
+                             seconds=r.get("seconds"))
+            else:
+                fresh.append(c)
+        tuned = [c for c in fresh if c.members[0].tuned]
+        if tuned:
+            self.progress.update(self.bar, description=f"{self.sweep.name}: tuning")
+            error = tune_classes(self.sweep, self.base_dir, {c.key[0]: c.members[0].config for c in tuned},
+                                 self.progress)
+            if error:
+                for c in tuned:
+                    self._record(c.members, "failed", error=f"tuning failed: {error}", structural_hash=c.hash,
+                                 class_id=c.key[0])
+                fresh = [c for c in fresh if not c.members[0].tuned]
+        by_key = {c.key: c for c in fresh}
+
+        def on_done(key: tuple[str, int], ok: bool, value: Any, _worker: int | None) -> None:
+            c = by_key[key]
+            common = dict(structural_hash=c.hash, class_id=key[0], representative=c.members[0].id,
+                          seconds=time.monotonic() - c.started)
+            if ok:
+                self._record(c.members, "done", result=value["result"], median_ms=value["median_ms"], **common)
+            else:
+                self._record(c.members, "failed", error=value, **common)
+
+        for c in fresh:
+            c.started = time.monotonic()
+        self.progress.update(self.bar, description=f"{self.sweep.name}: measuring")
+        self.pool.run(deque((c.key, "run", c.members[0].config, c.worker) for c in fresh), on_done)
+        self.progress.update(self.bar, description=self.sweep.name)
+
+
+def run_sweep(sweep: Sweep, base_dir: Path, *, workers: int | None = None, resume: bool = False,
+              console: Console | None = None) -> dict[str, dict]:
+    """Run every variant not already done (or the search); return the sweep_variants rows by id."""
+    console = console or Console(stderr=True)
+    sweep.output.mkdir(parents=True, exist_ok=True)
+    store = SweepStore(sweep.store_path)
+    try:
+        existing = store.rows()
+        if existing and not resume:
+            raise UserError(f"{sweep.output}: this folder already holds a sweep ({len(existing)} variants recorded); "
+                            "pass --resume to continue it, or remove the folder / set another `output:`")
+        write_marker(sweep)
+        todo = [v for v in sweep.variants if existing.get(v.id, {}).get("status") != "done"]
+        if not todo and sweep.search is None:
+            console.print(f"all {len(sweep.variants)} variants already done")
+            return existing
+        started = time.monotonic()
+        tuning_before = read_tuning_summary(sweep.output).get("seconds", 0.0)
+        progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console)
+        pool = make_pool(sweep, workers or sweep.section.workers, base_dir)
+        try:
+            with progress:
+                run = SweepRun(sweep, base_dir, store, pool, progress)
+                if sweep.search is not None:
+                    from workbench.sweep.search import OrderingSearch
+
+                    OrderingSearch(sweep, run).run()
+                else:
+                    run.measure(todo, run.hash(todo))
+        finally:
+            pool.close()
+        elapsed = time.monotonic() - started
+        tuning_s = read_tuning_summary(sweep.output).get("seconds", 0.0) - tuning_before
+        rows = store.rows()
+        classes = len({r["class_id"] for r in rows.values() if r["status"] == "done"})
+        split = f" (tuning {tuning_s:.1f} s, the rest {elapsed - tuning_s:.1f} s)" if sweep.tuning else ""
+        console.print(f"{len(sweep.variants)} variants in {elapsed:.1f} s{split}; {classes} equivalence classes "
+                      f"measured or reused, {run.failed} variants failed")
+        return rows
+    finally:
+        store.close()

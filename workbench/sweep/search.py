@@ -1,0 +1,141 @@
+"""Ordering search: build pass sequences step by step instead of enumerating every ordering.
+
+`orderings: {search: greedy | beam | random, passes: [...], max_length: K, budget: N}`. Every strategy first
+measures the prefix + suffix alone (the reference), then:
+- greedy: extends the best sequence by each unused pass, keeps the best extension, stops when none is faster;
+- beam: keeps the `beam_width` best sequences of each length and extends all of them, up to `max_length`;
+- random: seeded random sequences (random length, random passes in random order), `workers` at a time.
+A candidate is scored by its measured median (the tuned build's in a tuned sweep). Candidates are hashed first:
+one whose optimized IR equals one seen before joins that class and is not measured again, and only distinct
+IRs count toward `budget`. Everything is recorded in the sweep's store as it goes, so a resumed search replays
+the same steps from the store (nothing finished is measured again) and carries on. `search.json` holds the
+steps, the trajectory (best so far against distinct variants measured) and the best sequence found.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from workbench.atomic import atomic_write_json
+from workbench.passes import pipeline_spec
+from workbench.sweep.run import SweepRun, write_marker
+from workbench.sweep.spec import Sweep, Variant, _specs
+
+SUMMARY = "search.json"
+Sequence = tuple[int, ...]  # indices into the search's passes
+
+
+class OrderingSearch:
+    """One search over a sweep being run: what it scored, which IRs it measured, its trajectory."""
+
+    def __init__(self, sweep: Sweep, run: SweepRun):
+        spec = sweep.search
+        self.sweep, self.sweep_run = sweep, run
+        self.spec = spec
+        self.passes = _specs(spec.passes, f"{sweep.path}: sweep.orderings.passes")
+        self.prefix = _specs(spec.prefix, f"{sweep.path}: sweep.orderings.prefix")
+        self.suffix = _specs(spec.suffix, f"{sweep.path}: sweep.orderings.suffix")
+        self.max_length = min(spec.max_length or len(self.passes), len(self.passes))
+        self.scores: dict[Sequence, float | None] = {}
+        self.hashes: dict[str, float | None] = {}  # structural hash -> score of the first candidate with that IR
+        self.trajectory: list[dict] = []
+        self.steps: list[dict] = []
+
+    @property
+    def measured(self) -> int:
+        return len(self.hashes)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.measured >= self.spec.budget
+
+    def text(self, seq: Sequence) -> str:
+        return pipeline_spec.to_text(self.prefix + [self.passes[i] for i in seq] + self.suffix)
+
+    def _score(self, variants: list[Variant]) -> float | None:
+        """The candidate's median (over repeats) of the builds the search ranks by (tuned, in a tuned sweep)."""
+        ranked = [v for v in variants if v.tuned == (self.sweep.tuning is not None)]
+        medians = [self.sweep_run.rows.get(v.id, {}).get("median_ms") for v in ranked]
+        if not medians or any(m is None for m in medians):
+            return None
+        return float(np.median(medians))
+
+    def evaluate(self, sequences: list[Sequence], step: str) -> list[tuple[Sequence, float | None]]:
+        """Score the sequences not scored yet: hash them, measure new IRs while the budget lasts; return the
+        scored ones (those past the budget are left out)."""
+        fresh = list(dict.fromkeys(s for s in sequences if s not in self.scores))
+        made = {s: self.sweep.make_variants(self.prefix + [self.passes[i] for i in s] + self.suffix) for s in fresh}
+        hashes = self.sweep_run.hash([v for vs in made.values() for v in vs])
+        admitted, new = [], set()
+        for seq in fresh:
+            status, value, _worker = hashes[made[seq][0].ir_key]
+            if status == "ok" and value not in self.hashes:
+                if self.exhausted:
+                    continue
+                self.hashes[value] = None
+                new.add(seq)  # the first candidate with this IR: the one measured
+            admitted.append(seq)
+        variants = self.sweep.add([v for seq in admitted for v in made[seq]])
+        write_marker(self.sweep)
+        self.sweep_run.measure(variants, hashes)
+        best = self.trajectory[-1]["best_ms"] if self.trajectory else None
+        count = sum(p["new"] for p in self.trajectory)
+        for seq in admitted:
+            status, value, _worker = hashes[made[seq][0].ir_key]
+            score = self._score(made[seq]) if status == "ok" else None
+            if seq in new:
+                self.hashes[value] = score
+                count += 1
+            self.scores[seq] = score
+            if score is not None:
+                best = score if best is None else min(best, score)
+            self.trajectory.append({"step": step, "pipeline": self.text(seq), "median_ms": score, "best_ms": best,
+                                    "measured": count, "new": seq in new, "failed": status != "ok"})
+        self.steps.append({"step": step, "candidates": [self.text(s) for s in fresh],
+                           "scored": {self.text(s): self.scores[s] for s in admitted}})
+        self._write()
+        return [(s, self.scores[s]) for s in admitted]
+
+    def _write(self) -> None:
+        scored = [(s, v) for s, v in self.scores.items() if v is not None]
+        best = min(scored, key=lambda item: item[1]) if scored else None
+        atomic_write_json(self.sweep.output / SUMMARY, {
+            "strategy": self.spec.search, "budget": self.spec.budget, "measured": self.measured,
+            "tuned": self.sweep.tuning is not None,
+            "best": {"pipeline": self.text(best[0]), "median_ms": best[1]} if best else None,
+            "trajectory": self.trajectory, "steps": self.steps,
+        })
+
+    def run(self) -> None:
+        self.evaluate([()], "reference")
+        if self.spec.search == "random":
+            self._random()
+        else:
+            self._beam(1 if self.spec.search == "greedy" else self.spec.beam_width)
+
+    def _beam(self, width: int) -> None:
+        frontier: list[Sequence] = [()]
+        best = self.scores[()]
+        for length in range(1, self.max_length + 1):
+            if self.exhausted:
+                return
+            candidates = [s + (i,) for s in frontier for i in range(len(self.passes)) if i not in s]
+            ranked = sorted(((s, v) for s, v in self.evaluate(candidates, f"length {length}") if v is not None),
+                            key=lambda item: item[1])
+            if not ranked:
+                return
+            if width == 1 and best is not None and ranked[0][1] >= best:  # greedy: no extension is faster
+                return
+            frontier = [s for s, _v in ranked[:width]]
+            best = ranked[0][1] if best is None else min(best, ranked[0][1])
+
+    def _random(self) -> None:
+        rng = random.Random(self.spec.seed)
+        batch = max(1, self.sweep.section.workers)
+        for round_ in range(1, 20 * self.spec.budget + 1):  # bounded: a small space runs out of new sequences
+            if self.exhausted:
+                return
+            seqs = [tuple(rng.sample(range(len(self.passes)), rng.randint(1, self.max_length))) for _ in range(batch)]
+            self.evaluate(seqs, f"round {round_}")

@@ -1,0 +1,311 @@
+"""The sweep file: its schema, and its expansion into validated variants (orderings × grid × repeats).
+
+A sweep file names a base experiment and what to vary:
+
+    base: ../quickstart.yaml            # path relative to the sweep file, or an inline experiment mapping
+    plugins: [my_passes]                # modules the workers import first (custom passes register themselves)
+    sweep:
+      orderings: {permutations: [fold_constant, fold_batchnorm, fuse], suffix: [dce], sample: 4, seed: 0}
+      #  or orderings: ["fold_constant,fuse,dce", [fuse, dce]]
+      #  or orderings: {search: greedy, passes: [fold_constant, fuse, ...], max_length: 3, budget: 12}
+      grid: {model.inputs.x: [[1, 3, 32, 32], [1, 3, 64, 64]]}
+      repeats: 1
+      timeout_s: 300
+      workers: 2
+      tuning: {trials_per_task: 16}     # tune the union of every class's kernels once; measure tuned and untuned
+    output: runs/sweeps/orderings
+
+A tuned sweep has two variants per (pipeline, grid, repeat): one built untuned, one with the sweep's database.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, PositiveFloat, PositiveInt, Tag, ValidationError
+
+from workbench.config import Strict, TuningConfig, _describe, apply_override, read_yaml, validate
+from workbench.errors import UserError
+from workbench.passes import pipeline_spec
+from workbench.passes.pipeline_spec import PassSpec
+
+SWEEP_MARKER = "sweep.json"
+STORE_NAME = "results.sqlite"
+DATABASE_DEFAULT = "schedules"  # a tuned sweep's database root inside its output folder, unless configured
+
+
+class Permutations(Strict):
+    """All orderings of `permutations`, each wrapped in `prefix` ... `suffix`; optionally a seeded sample."""
+
+    permutations: list[Any] = Field(description="passes to permute (names or {name: {params}})")
+    prefix: list[Any] | str = Field(default_factory=list)
+    suffix: list[Any] | str = Field(default_factory=list)
+    sample: PositiveInt | None = Field(default=None, description="keep N orderings drawn with `seed`")
+    seed: int = 0
+
+
+class Search(Strict):
+    """Build pass sequences step by step from `passes` (each used at most once), measuring each new candidate."""
+
+    search: Literal["greedy", "beam", "random"] = Field(
+        description="greedy: extend the best sequence by one pass while that helps; beam: keep the best "
+                    "`beam_width` sequences per step; random: seeded random sequences")
+    passes: list[Any] = Field(description="the passes a sequence is built from (names or {name: {params}})")
+    max_length: PositiveInt | None = Field(default=None, description="longest sequence (default: all passes)")
+    budget: PositiveInt = Field(default=16, description="distinct optimized IRs measured, at most")
+    beam_width: PositiveInt = 3
+    prefix: list[Any] | str = Field(default_factory=list)
+    suffix: list[Any] | str = Field(default_factory=list)
+    seed: int = 0
+
+
+def _orderings_kind(value: Any) -> str | None:
+    """Which form `orderings` has: validating it reads YAML data, serializing it the model itself."""
+    if isinstance(value, (list, str)):
+        return "list"
+    if isinstance(value, dict):
+        return "search" if "search" in value else "permutations"
+    return {Permutations: "permutations", Search: "search"}.get(type(value))
+
+
+Orderings = Annotated[Annotated[list[Any], Tag("list")] | Annotated[Permutations, Tag("permutations")]
+                      | Annotated[Search, Tag("search")],
+                      Discriminator(_orderings_kind, custom_error_type="orderings_form",
+                                    custom_error_message="expected a list of pipelines, {permutations: [...]} or "
+                                                         "{search: greedy|beam|random, passes: [...]}")]
+_ORDERING_TAGS = ("list", "permutations", "search")
+
+
+class SweepSection(Strict):
+    orderings: Orderings | None = Field(
+        default=None, description="pipeline texts / YAML lists, {permutations: ...} or {search: ...}; "
+                                  "default: the base pipeline")
+    grid: dict[str, list[Any]] = Field(default_factory=dict, description="dotted.key: [values]")
+    repeats: PositiveInt = 1
+    timeout_s: PositiveFloat = 300
+    workers: PositiveInt = 2
+    executor: Literal["local", "ray"] = Field(
+        default="local", description="local: a pool of worker processes; ray: one Ray task per task (extra `ray`)")
+    ray_address: str | None = Field(default=None, description="Ray cluster to join (default: start a local one)")
+    tuning: TuningConfig | None = Field(
+        default=None, description="tune the classes' kernels (deduplicated) into one database before measuring; "
+                                  "default: the base experiment's tuning section, if any")
+
+
+class SweepFile(Strict):
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
+    base: str | dict[str, Any]
+    plugins: list[str] = Field(default_factory=list, description="modules workers import before running")
+    sweep: SweepSection = Field(default_factory=SweepSection)
+    output: Path | None = None
+
+
+@dataclass
+class Variant:
+    id: str
+    position: int  # -1 until the variant is added to its sweep (search candidates are made before)
+    repeat: int
+    pipeline_text: str
+    grid: dict[str, Any]
+    config: dict  # the validated experiment, JSON mode, with its output and results set
+    tuned: bool = False
+
+    @property
+    def ir_key(self) -> str:
+        return _ir_key(self.config)
+
+    @property
+    def setting_key(self) -> str:
+        """Everything except the pipeline and where files go: two variants with equal IR and equal
+        setting_key measure the same thing (a tuned and an untuned variant differ in `tuning`)."""
+        return _digest({k: v for k, v in self.config.items() if k not in ("pipeline", "output", "results")})
+
+
+@dataclass
+class Sweep:
+    path: Path
+    name: str
+    output: Path
+    plugins: list[str]
+    section: SweepSection
+    permuted: list[str]
+    base: dict = field(default_factory=dict)
+    base_origin: str = ""
+    tuning: TuningConfig | None = None
+    database_root: Path | None = None  # where the tuned variants' database lives (one folder per target inside)
+    variants: list[Variant] = field(default_factory=list)
+
+    @property
+    def store_path(self) -> Path:
+        return self.output / STORE_NAME
+
+    @property
+    def search(self) -> Search | None:
+        return self.section.orderings if isinstance(self.section.orderings, Search) else None
+
+    def make_variants(self, specs: list[PassSpec]) -> list[Variant]:
+        """The variants of one pipeline: grid × repeats (× untuned, tuned); validated, not yet added."""
+        grid_keys = list(self.section.grid)
+        made = []
+        text = pipeline_spec.to_text(specs)
+        for combo in itertools.product(*(self.section.grid[k] for k in grid_keys)):
+            grid = dict(zip(grid_keys, combo))
+            for tuned in ((False, True) if self.tuning is not None else (False,)):
+                data = copy.deepcopy(self.base)
+                data["pipeline"] = [s.to_yaml() for s in specs]
+                for key, value in grid.items():
+                    apply_override(data, f"{key}={json.dumps(value)}")
+                data.pop("output", None)
+                data.pop("results", None)
+                data.pop("tuning", None)
+                if tuned:
+                    data["tuning"] = {"database": str(self.database_root), "layout_rewrite": self.tuning.layout_rewrite}
+                where = (f"{self.path}: variant pipeline={text!r}" + (f" grid={grid}" if grid else "")
+                         + f" (base {self.base_origin})")
+                experiment = validate(data, where)
+                digest = experiment.config_hash()
+                for repeat in range(self.section.repeats):
+                    vid = f"{digest[:12]}-r{repeat}"
+                    config = experiment.model_dump(mode="json")
+                    config["pipeline"] = [s.to_yaml() for s in experiment.pipeline]  # the form validate() reads
+                    config["output"] = str(self.output / "variants" / vid)
+                    config["results"] = str(self.store_path)
+                    made.append(Variant(vid, -1, repeat, pipeline_spec.to_text(experiment.pipeline), grid, config,
+                                        tuned))
+        return made
+
+    def add(self, variants: list[Variant]) -> list[Variant]:
+        """Add variants not in the sweep yet (by id), numbering them; return the sweep's variants for all of them."""
+        known = {v.id: v for v in self.variants}
+        for v in variants:
+            if v.id not in known:
+                v.position = len(self.variants)
+                self.variants.append(v)
+                known[v.id] = v
+        return [known[v.id] for v in variants]
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _ir_key(config: dict) -> str:
+    """Everything that determines the optimized IR (model, inputs, target, pipeline)."""
+    return _digest({k: config[k] for k in ("model", "target", "pipeline")})
+
+
+def _specs(value: Any, where: str) -> list[PassSpec]:
+    try:
+        return pipeline_spec.from_yaml(value)
+    except (ValueError, UserError) as exc:
+        raise UserError(f"{where}: {exc}") from exc
+
+
+def expand_orderings(section: SweepSection, base_pipeline: Any, origin: str) -> list[list[PassSpec]]:
+    """The list of pipelines the sweep tries, in a stable order (none up front for a search)."""
+    orderings = section.orderings
+    if orderings is None:
+        return [_specs(base_pipeline or [], f"{origin}: base.pipeline")]
+    if isinstance(orderings, Search):
+        return []
+    if isinstance(orderings, list):
+        return [_specs(entry, f"{origin}: sweep.orderings[{i}]") for i, entry in enumerate(orderings)]
+    passes = _specs(orderings.permutations, f"{origin}: sweep.orderings.permutations")
+    prefix = _specs(orderings.prefix, f"{origin}: sweep.orderings.prefix")
+    suffix = _specs(orderings.suffix, f"{origin}: sweep.orderings.suffix")
+    perms = [list(p) for p in itertools.permutations(passes)]
+    if orderings.sample is not None and orderings.sample < len(perms):
+        keep = sorted(random.Random(orderings.seed).sample(range(len(perms)), orderings.sample))
+        perms = [perms[i] for i in keep]
+    return [prefix + p + suffix for p in perms]
+
+
+def _load_base(raw: SweepFile, path: Path) -> tuple[dict, str]:
+    if isinstance(raw.base, dict):
+        return copy.deepcopy(raw.base), f"{path}: base"
+    base_path = Path(raw.base) if Path(raw.base).is_absolute() else path.parent / raw.base
+    data = read_yaml(base_path)
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: base: {base_path} does not hold an experiment mapping")
+    return data, str(base_path)
+
+
+def _validated(data: dict, path: Path) -> SweepFile:
+    try:
+        return SweepFile.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():  # an error inside `orderings`: described from its form, without the union's tag
+            loc = list(error["loc"])
+            at = loc.index("orderings") + 1 if "orderings" in loc[:-1] else None
+            form = {"permutations": Permutations, "search": Search}.get(loc[at]) if at is not None else None
+            if form is not None:
+                inner = _describe({**error, "loc": tuple(loc[at + 1:])}, form)
+                lines.append(".".join(map(str, loc[:at])) + "." + inner)
+            else:
+                if at is not None and loc[at] in _ORDERING_TAGS:
+                    del loc[at]
+                lines.append(_describe({**error, "loc": tuple(loc)}, SweepFile))
+        raise UserError(f"{path}: invalid sweep:\n  " + "\n  ".join(lines)) from exc
+
+
+def _tuning(raw: SweepFile, base: dict, path: Path) -> TuningConfig | None:
+    """The sweep's tuning section, else the base experiment's (a tuned base makes a tuned sweep)."""
+    if raw.sweep.tuning is not None or not base.get("tuning"):
+        return raw.sweep.tuning
+    return validate(base, f"{path}: base").tuning
+
+
+def load_sweep(path: Path, base_dir: Path | None = None, overrides: list[str] = ()) -> Sweep:
+    """Read and validate a sweep file, apply `--set` overrides (`base.…` ones to the base experiment) and expand
+    it into validated variants (nothing runs; a search makes its variants as it goes)."""
+    path = Path(path)
+    base_dir = base_dir or Path.cwd()
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a sweep mapping (base, sweep, output), got {type(data).__name__}")
+    base_overrides = [o.removeprefix("base.") for o in overrides if o.startswith("base.")]
+    for assignment in overrides:
+        if not assignment.startswith("base."):
+            apply_override(data, assignment)
+    raw = _validated(data, path)
+    base, base_origin = _load_base(raw, path)
+    for assignment in base_overrides:
+        apply_override(base, assignment)
+    name = raw.name or path.stem
+    output = raw.output or Path("runs") / "sweeps" / name
+    output = (output if output.is_absolute() else base_dir / output).resolve()
+    orderings = expand_orderings(raw.sweep, base.get("pipeline"), str(path))
+    for key, values in raw.sweep.grid.items():
+        if not values:
+            raise UserError(f"the sweep expands to zero variants: {path}: sweep.grid.{key} is an empty list")
+    search = raw.sweep.orderings if isinstance(raw.sweep.orderings, Search) else None
+    if search is not None:
+        _specs(search.passes, f"{path}: sweep.orderings.passes")
+        if raw.sweep.grid:
+            raise UserError(f"{path}: sweep.grid: a search (sweep.orderings.search) ranks pipelines on one setting; "
+                            "remove the grid or run one search per setting")
+    elif not orderings:
+        raise UserError(f"the sweep expands to zero variants: {path}: sweep.orderings is empty"
+                        + (" (sample/permutations gave nothing)" if isinstance(raw.sweep.orderings, Permutations) else ""))
+    permuted = ([s.name for s in _specs(raw.sweep.orderings.permutations, str(path))]
+                if isinstance(raw.sweep.orderings, Permutations) else
+                [s.name for s in _specs(search.passes, str(path))] if search is not None else [])
+    tuning = _tuning(raw, base, path)
+    database_root = None
+    if tuning is not None:
+        database_root = tuning.database or output / DATABASE_DEFAULT
+        database_root = (database_root if database_root.is_absolute() else base_dir / database_root).resolve()
+    sweep = Sweep(path, name, output, raw.plugins, raw.sweep, permuted, base, base_origin, tuning, database_root)
+    for specs in orderings:
+        sweep.add(sweep.make_variants(specs))
+    if not sweep.variants and search is None:
+        raise UserError(f"the sweep expands to zero variants: {path}")
+    return sweep

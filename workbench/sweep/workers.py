@@ -1,0 +1,277 @@
+"""The variant function every executor runs, and the local executor: a pool of crash-isolated worker processes.
+
+A segfault or abort inside TVM kills a worker, never the sweep; the worker is replaced and only its task fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from workbench.config import Experiment, validate
+from workbench.errors import UserError
+from workbench.sweep.spec import Sweep, _ir_key
+
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    plugins: tuple[str, ...]
+    paths: tuple[str, ...]  # put first on sys.path (the sweep file's folder, the working directory)
+    base_dir: str
+
+
+class VariantRunner:
+    """Runs the tasks of one sweep in this process and keeps what repeats across them (the imported model,
+    the optimized modules of recent pipelines, compiled builds)."""
+
+    def __init__(self, setup: WorkerSetup):
+        import importlib
+
+        self.setup = setup
+        for p in reversed(setup.paths):
+            if p not in sys.path:
+                sys.path.insert(0, p)
+        self.plugin_error = None
+        for module in setup.plugins:
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # reported on every task: the user's plugin is broken
+                self.plugin_error = f"plugin {module!r} failed to import: {exc.__class__.__name__}: {exc}"
+        self.imported: dict[str, Any] = {}
+        self.optimized: dict[str, Any] = {}  # ir_key -> (optimized module, pass records), the last few
+        self.builds: dict = {}  # compiled modules by IR, reused across this process's runs (run_experiment's cache)
+
+    def __call__(self, kind: str, config: dict) -> tuple[str, Any]:
+        """("ok", structural hash) for a "hash" task, ("ok", {"result", "median_ms"}) for a "run" task,
+        ("error", message) when the variant raises."""
+        import traceback
+
+        print(f"--- {datetime.now():%H:%M:%S} {kind} {config.get('output')} {config.get('pipeline')}", flush=True)
+        try:
+            experiment = validate(config, "variant")
+            if kind == "hash":
+                import tvm_ffi
+
+                optimized, _records = self.optimized_module(experiment, config)
+                return "ok", f"{tvm_ffi.structural_hash(optimized) & 0xFFFFFFFFFFFFFFFF:016x}"
+            return "ok", self._run(experiment, config)
+        except BaseException as exc:  # noqa: BLE001 - everything a variant raises is its failure
+            traceback.print_exc()
+            return "error", f"{exc.__class__.__name__}: {exc}".strip()
+
+    def optimized_module(self, experiment: Experiment, config: dict) -> tuple:
+        """(optimized module, pass records) of the variant's pipeline, from the last few this process ran."""
+        from workbench.compile.targets import make_target
+        from workbench.measure.inputs import input_specs
+        from workbench.models.canonicalize import canonicalize
+        from workbench.models.importer import import_to_relax
+        from workbench.models.sources import resolve_source
+        from workbench.passes.pipeline import run_pipeline
+
+        if self.plugin_error:
+            raise UserError(self.plugin_error)
+        key = _ir_key(config)
+        if key not in self.optimized:
+            base_dir = Path(self.setup.base_dir)
+            model = json.dumps(experiment.model.model_dump(mode="json"), sort_keys=True)
+            if model not in self.imported:
+                source = resolve_source(experiment.model.source, base_dir, experiment.model.cache_dir)
+                self.imported[model] = import_to_relax(canonicalize(source, input_specs(experiment.model, base_dir)))
+            self.optimized[key] = run_pipeline(self.imported[model], experiment.pipeline, make_target(experiment.target))
+            while len(self.optimized) > 8:  # bound the memory: drop the oldest
+                self.optimized.pop(next(iter(self.optimized)))
+        return self.optimized[key]
+
+    def _run(self, experiment: Experiment, config: dict) -> dict:
+        import io
+
+        from rich.console import Console
+
+        from workbench import experiment as experiment_module
+
+        if len(self.builds) > 32:  # bound the memory a long sweep's worker holds in compiled modules
+            self.builds.clear()
+        original = experiment_module.run_pipeline
+        cached = self.optimized_module(experiment, config)  # usually run already, by this worker's hash task
+        experiment_module.run_pipeline = lambda *_a, **_k: cached
+        try:
+            result = experiment_module.run_experiment(experiment, Path(self.setup.base_dir),
+                                                      console=Console(file=io.StringIO()), store=False,
+                                                      builds=self.builds)
+        finally:
+            experiment_module.run_pipeline = original
+        return {"result": result, "median_ms": result["measurements"]["workbench"].get("median_ms")}
+
+
+_RUNNER: VariantRunner | None = None
+
+
+def run_variant_task(setup: WorkerSetup, kind: str, config: dict) -> tuple[str, Any]:
+    """The variant function both executors call (a worker process keeps one VariantRunner per sweep)."""
+    global _RUNNER
+    if _RUNNER is None or _RUNNER.setup != setup:
+        _RUNNER = VariantRunner(setup)
+    return _RUNNER(kind, config)
+
+
+# ---------------------------------------------------------------------------------------------
+# the local executor: a pool of worker processes
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this worker when the sweep process dies (even by SIGKILL)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:
+            os._exit(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def child_process_setup(log_path: str) -> None:
+    """What every process a sweep starts does first: die with the sweep, leave Ctrl-C to it, log to a file."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+
+
+def _worker_main(conn, log_path: str, setup: WorkerSetup) -> None:
+    """Worker loop: receive (kind, config) tasks, answer with `run_variant_task`."""
+    child_process_setup(log_path)
+    while True:
+        try:
+            kind, config = conn.recv()
+        except (EOFError, OSError):
+            return
+        conn.send(run_variant_task(setup, kind, config))
+
+
+def worker_setup(sweep: Sweep, base_dir: Path) -> WorkerSetup:
+    return WorkerSetup(tuple(sweep.plugins), (str(sweep.path.parent.resolve()), str(base_dir)), str(base_dir))
+
+
+def signal_name(code: int | None) -> str:
+    if code is None or code >= 0:
+        return f"exit code {code}"
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+class _Worker:
+    def __init__(self, ctx, index: int, sweep: Sweep, base_dir: Path):
+        self.conn, child = ctx.Pipe()
+        logs = sweep.output / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self.log = logs / f"worker-{index}.log"
+        self.process = ctx.Process(target=_worker_main, daemon=True, name=f"workbench-sweep-{index}",
+                                   args=(child, str(self.log), worker_setup(sweep, base_dir)))
+        self.process.start()
+        child.close()
+        self.task: tuple | None = None
+        self.deadline = 0.0
+
+    def assign(self, task: tuple, timeout_s: float) -> None:
+        self.task = task
+        self.deadline = time.monotonic() + timeout_s
+        self.conn.send((task[1], task[2]))
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+
+
+class LocalPool:
+    """Worker processes kept for the whole sweep (each keeps its imported model and recent pipelines), started
+    as tasks need them."""
+
+    def __init__(self, sweep: Sweep, workers: int, base_dir: Path):
+        import multiprocessing
+
+        self.ctx = multiprocessing.get_context("spawn")
+        self.sweep, self.size, self.base_dir = sweep, workers, base_dir
+        self.pool: list[_Worker] = []
+
+    def run(self, pending: deque, on_done) -> None:
+        """Run (key, kind, config, preferred worker) tasks; `on_done(key, ok, value, worker_index)` for each.
+
+        A task preferring a worker (the one that ran its pipeline already) waits for it unless every other
+        task does too. A worker that dies (signal, os.abort, segfault) or runs past the timeout fails only its
+        task and is replaced.
+        """
+        from multiprocessing.connection import wait
+
+        sweep, base_dir = self.sweep, self.base_dir
+        timeout_s = sweep.section.timeout_s
+        while len(self.pool) < min(self.size, len(pending)):
+            self.pool.append(_Worker(self.ctx, len(self.pool), sweep, base_dir))
+        pool = self.pool
+        while pending or any(w.task for w in pool):
+            for i, w in enumerate(pool):
+                if w.task is None and pending:
+                    pick = next((t for t in pending if t[3] == i), None)
+                    if pick is None:  # nothing routed here: take the oldest task not waiting for a busy worker
+                        pick = next((t for t in pending if t[3] is None or t[3] >= len(pool)
+                                     or pool[t[3]].task is not None), pending[0])
+                    pending.remove(pick)
+                    w.assign(pick, timeout_s)
+            busy = [w for w in pool if w.task]
+            if not busy:
+                continue
+            wait_s = max(0.05, min(w.deadline for w in busy) - time.monotonic())
+            wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout=min(wait_s, 1.0))
+            for i, w in enumerate(pool):
+                if w.task is None:
+                    continue
+                key, kind, _config, _prefer = w.task
+                failure = None
+                try:
+                    if w.conn.poll():
+                        status, value = w.conn.recv()
+                        w.task = None
+                        on_done(key, status == "ok", value, i)
+                        continue
+                except (EOFError, OSError):
+                    pass
+                if not w.process.is_alive():
+                    w.process.join()
+                    failure = (f"worker crashed ({signal_name(w.process.exitcode)}) during "
+                               f"{'the pipeline' if kind == 'hash' else 'build/measure'}; log: {w.log}")
+                elif time.monotonic() > w.deadline:
+                    failure = f"timeout after {timeout_s:g} s (worker killed); log: {w.log}"
+                if failure:
+                    w.kill()
+                    pool[i] = _Worker(self.ctx, i, sweep, base_dir)
+                    on_done(key, False, failure, i)
+
+    def close(self) -> None:
+        for w in self.pool:
+            w.kill()
+        self.pool = []
+
+
+def make_pool(sweep: Sweep, workers: int, base_dir: Path):
+    """The executor the sweep file asks for: a LocalPool, or a RayPool (same `run`/`close`)."""
+    if sweep.section.executor == "ray":
+        from workbench.sweep.ray import RayPool
+
+        return RayPool(sweep, workers, base_dir)
+    return LocalPool(sweep, workers, base_dir)
