@@ -119,6 +119,23 @@ def _tvm_place(experiment: Experiment, target) -> TvmPlace:
     return TvmPlace()
 
 
+def _ort_int8_model(experiment: Experiment, canonical: onnx.ModelProto, out_dir: Path) -> onnx.ModelProto:
+    """The canonical model quantized by ONNX Runtime on the calibration inputs of the pipeline's `quantize` step
+    (its defaults without one), cached as ort_int8.onnx in the run folder."""
+    from workbench.measure.ort_quant import quantized_model
+    from workbench.passes.calibration import InputSig, file_inputs, random_inputs
+    from workbench.passes.precision import QuantizeParams
+
+    step_params = next((spec.params for spec in experiment.pipeline if spec.name == "quantize"), {})
+    params = QuantizeParams.model_validate(step_params)
+    inits = {init.name for init in canonical.graph.initializer}
+    sigs = [InputSig(value.name, tuple(d.dim_value for d in value.type.tensor_type.shape.dim),
+                     onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name)
+            for value in canonical.graph.input if value.name not in inits]
+    samples = file_inputs(sigs, params.files) if params.files else random_inputs(sigs, params.samples, params.seed)
+    return quantized_model(canonical, samples, params.calibration, out_dir / "ort_int8.onnx", params.percentile)
+
+
 def _runner(label: str, built: Built | None, canonical: onnx.ModelProto, inputs: dict[str, np.ndarray],
             target, place: TvmPlace, out_dir: Path) -> Runner:
     """The runner for one label: TVM builds where `place` says, IREE and ONNX Runtime here.
@@ -242,7 +259,8 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
                 if tvm_build is not None and place.unavailable:
                     result["measurements"][label] = _not_measured(place.unavailable)
                 else:
-                    runner = _runner(label, tvm_build, canonical, inputs, target, place, out_dir)
+                    model = _ort_int8_model(experiment, canonical, out_dir) if label == "ort_int8" else canonical
+                    runner = _runner(label, tvm_build, model, inputs, target, place, out_dir)
                     outputs[label] = runner.infer()
                     timing = runner.measure(protocol.warmup, protocol.repeat)
                     on_cpu = is_cuda(target) and label in ("ort_all", "ort_none")
