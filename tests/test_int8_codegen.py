@@ -11,6 +11,9 @@ import tvm
 from tvm import te, s_tir
 
 from workbench.compile.build import build_lowered
+from workbench.compile.cuda_report import compile_ptx, cuda_source, find_nvcc
+from workbench.compile.targets import make_target
+from workbench.config import TargetConfig
 from workbench.passes.pipeline import run_pipeline
 from workbench.passes.pipeline_spec import parse_text
 
@@ -26,15 +29,23 @@ def instructions(text: str, *names: str) -> dict[str, int]:
     return {n: len(re.findall(rf"^\s+{n}\s", text, re.MULTILINE)) for n in names}
 
 
+def fma(text: str) -> int:
+    return len(re.findall(r"^\s+vfmadd\w*ps\s", text, re.MULTILINE))
+
+
 @x86
-def test_int8_kernels_use_integer_multiply_add_on_the_host(zoo_relax, llvm):
+def test_int8_kernels_multiply_integers_on_the_host(zoo_relax):
+    host = make_target(TargetConfig())  # this CPU (AVX2 here), as a run builds it
     mod = zoo_relax("convnet_small")[1]
-    int8, _ = run_pipeline(mod, parse_text("fold_batchnorm,quantize(execute=int8),fuse"), llvm, stats=False)
-    fp32, _ = run_pipeline(mod, parse_text("fold_batchnorm,fuse"), llvm, stats=False)
-    int8_asm, fp32_asm = asm(build_lowered(int8, llvm).executable), asm(build_lowered(fp32, llvm).executable)
-    # AVX2: int8 products sign-extended to 16 bit and multiply-added pairwise into int32 (vpmaddwd)
-    assert instructions(int8_asm, "vpmaddwd")["vpmaddwd"] > 0
-    assert instructions(fp32_asm, "vpmaddwd")["vpmaddwd"] == 0
+    int8, _ = run_pipeline(mod, parse_text("fold_batchnorm,quantize(execute=int8),fuse"), host, stats=False)
+    fp32, _ = run_pipeline(mod, parse_text("fold_batchnorm,fuse"), host, stats=False)
+    int8_asm, fp32_asm = asm(build_lowered(int8, host).executable), asm(build_lowered(fp32, host).executable)
+    # untuned AVX2 code: int8 conv products widened to int32 (vpmulld), the matmul's pairwise into int32
+    # (vpmaddwd); the fp32 build multiplies with FMAs, which the int8 build keeps for the fp32 rescale only
+    integer = instructions(int8_asm, "vpmulld", "vpmaddwd")
+    assert integer["vpmulld"] > 0 and integer["vpmaddwd"] > 0, integer
+    assert sum(instructions(fp32_asm, "vpmulld", "vpmaddwd").values()) == 0
+    assert fma(int8_asm) * 10 < fma(fp32_asm), (fma(int8_asm), fma(fp32_asm))
 
 
 def _vnni_packed_matmul(m: int, n: int, k: int) -> tvm.IRModule:
@@ -65,3 +76,15 @@ def test_vnni_dot_product_in_cross_compiled_assembly():
     counts = instructions(text, "vpdpbusd")
     assert counts["vpdpbusd"] >= 1, counts  # one per 16 outputs x 4 reduction steps, unrolled or looped
     assert re.search(r"vpdpbusd\s+[^\n]*%zmm", text)  # the 512-bit AVX-512 VNNI form
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc to turn the CUDA source into PTX (no GPU needed)")
+def test_int8_cuda_build_uses_dp4a(zoo_relax, llvm, tmp_path):
+    mod = zoo_relax("convnet_small")[1]
+    int8, _ = run_pipeline(mod, parse_text("fold_batchnorm,quantize(execute=int8),fuse"), llvm, stats=False)
+    built = build_lowered(int8, tvm.target.Target({"kind": "cuda", "arch": "sm_80"}))
+    source = tmp_path / "int8.cu"
+    source.write_text(cuda_source(built.executable))
+    ptx, _ = compile_ptx(source, "sm_80")
+    # the kernels' int8 x int8 -> int32 sums become 4-way byte dot products: nvcc emits dp4a for sm_61+
+    assert len(re.findall(r"\bdp4a\.s32\.s32\b", ptx.read_text())) > 0

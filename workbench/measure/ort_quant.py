@@ -11,7 +11,9 @@ so a rerun with the same model and calibration reuses it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import tempfile
 from pathlib import Path
 
@@ -65,10 +67,11 @@ def quantized_model(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]]
     with tempfile.TemporaryDirectory() as tmp:
         source, target = Path(tmp) / "model.onnx", Path(tmp) / "quantized.onnx"
         onnx.save(model, str(source))
-        quantize_static(str(source), str(target), _Samples(samples), quant_format=QuantFormat.QDQ, per_channel=True,
-                        reduce_range=settings["reduce_range"], activation_type=QuantType.QUInt8,
-                        weight_type=QuantType.QInt8, calibrate_method=METHODS[method],
-                        extra_options={"CalibPercentile": percentile})
+        with contextlib.redirect_stdout(io.StringIO()):  # the percentile calibrator prints its range
+            quantize_static(str(source), str(target), _Samples(samples), quant_format=QuantFormat.QDQ, per_channel=True,
+                            reduce_range=settings["reduce_range"], activation_type=QuantType.QUInt8,
+                            weight_type=QuantType.QInt8, calibrate_method=METHODS[method],
+                            extra_options={"CalibPercentile": percentile})
         atomic_write_bytes(path, target.read_bytes())
     atomic_write_text(key_path, key)
     return onnx.load(str(path))
