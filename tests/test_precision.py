@@ -60,7 +60,7 @@ def fp32_outputs(zoo_relax, llvm):
 
 # ------------------------------------------------------------------------------------------------ fp16
 
-@pytest.mark.parametrize("name", ["convnet_small", "transformer_block"])
+@pytest.mark.parametrize("name", ["convnet_small", "transformer_block", "mobilenet_block"])
 def test_fp16_runs_in_half_and_stays_close(name, zoo_relax, fp32_outputs, llvm):
     mod = zoo_relax(name)[1]
     out, records = run_pipeline(mod, parse_text("fp16"), llvm)
@@ -78,9 +78,21 @@ def test_fp16_runs_in_half_and_stays_close(name, zoo_relax, fp32_outputs, llvm):
     assert got[0].dtype == np.float32  # the graph's interface stays fp32
     err = calibration.quantization_error(ref, got)
     scale = float(np.abs(ref[0]).max())
-    # measured: convnet_small 2.4e-3 of 2.48, transformer_block 9.9e-3 of 6.57 (≈1e-3 relative)
+    # measured: convnet_small 2.4e-3 of 2.48, transformer_block 9.9e-3 of 6.57 (≈1e-3 relative), mobilenet_block
+    # (Clip, HardSwish, depthwise convs) 1.4e-3 of 2.53
     assert 0 < err["max_abs_err"] < 1e-2 * scale, err
     assert err["cosine"] > 0.9999
+
+
+def test_fp16_takes_clip_from_the_onnx_frontend(zoo_relax, llvm):
+    """TVM's ONNX frontend lowers Clip to call_tir (TE maximum/minimum), on which ToMixedPrecision fails
+    ("Expected TensorType"); fp16 turns them back into Relax ops, which ToMixedPrecision handles like any elementwise op."""
+    mod = zoo_relax("mobilenet_block")[1]
+    assert any(isinstance(v, relax.Call) and v.op.name == "relax.call_tir" for v in bindings(mod).values())
+    out, records = run_pipeline(mod, parse_text("fp16"), llvm)
+    assert records[0].ops_before["relax.call_tir"] == 4 and "relax.call_tir" not in records[0].ops_after
+    assert len(calls(out, "relax.maximum")) == len(calls(out, "relax.minimum")) == 2  # the two Clips
+    # (they follow their input: here fp32, after the fp32-accumulated conv + bias; numerics in the test above)
 
 
 def test_fp16_keep_fp32_keeps_the_named_op(zoo_relax, llvm):
