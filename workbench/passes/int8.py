@@ -26,6 +26,8 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from workbench.passes.rewrite import rewrite_functions
+
 log = logging.getLogger("workbench.int8")
 
 _CONV2D, _MATMUL = "relax.nn.conv2d", "relax.matmul"
@@ -100,10 +102,7 @@ class _Int8Lowering(PyExprMutator):
         return relax.op.multiply(y, relax.const(scale.reshape(shape)))
 
     def run(self) -> tvm.IRModule:
-        for gv, func in self.mod_.functions.items():
-            if isinstance(func, relax.Function):
-                self.builder_.update_func(gv, self.visit_expr(func))
-        return relax.transform.DeadCodeElimination()(self.builder_.get())
+        return relax.transform.DeadCodeElimination()(rewrite_functions(self, self.mod_))
 
 
 def _plain_layouts(attrs) -> bool:

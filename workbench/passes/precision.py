@@ -22,6 +22,7 @@ from workbench.passes import calibration
 from workbench.passes.int8 import lower_int8
 from workbench.passes.pipeline import report_analysis
 from workbench.passes.registry import register
+from workbench.passes.rewrite import rewrite_functions
 
 # ---------------------------------------------------------------------------------------------- fp16
 
@@ -101,10 +102,7 @@ class _FoldConstCasts(PyExprMutator):
         return call
 
     def run(self) -> tvm.IRModule:
-        for gv, func in self.mod_.functions.items():
-            if isinstance(func, relax.Function):
-                self.builder_.update_func(gv, self.visit_expr(func))
-        return self.builder_.get()
+        return rewrite_functions(self, self.mod_)
 
 
 def _elementwise_max_min(func: tvm.tirx.PrimFunc) -> str | None:
@@ -141,10 +139,7 @@ class _ClipAsOps(PyExprMutator):
         return replaced if _same_tensor_type(self.builder_.normalize(replaced), call) else call
 
     def run(self) -> tvm.IRModule:
-        for gv, func in self.mod_.functions.items():
-            if isinstance(func, relax.Function):
-                self.builder_.update_func(gv, self.visit_expr(func))
-        return relax.transform.DeadCodeElimination()(self.builder_.get())
+        return relax.transform.DeadCodeElimination()(rewrite_functions(self, self.mod_))
 
 
 def _same_tensor_type(a: relax.Expr, b: relax.Expr) -> bool:
