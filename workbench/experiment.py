@@ -118,6 +118,45 @@ def _tvm_place(experiment: Experiment, target) -> TvmPlace:
     return TvmPlace()
 
 
+def _quantize_params(experiment: Experiment):
+    """The pipeline's `quantize` step parameters (its defaults without one)."""
+    from workbench.passes.precision import QuantizeParams
+
+    return QuantizeParams.model_validate(next((s.params for s in experiment.pipeline if s.name == "quantize"), {}))
+
+
+def calibration_samples(experiment: Experiment, canonical: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
+    """The input sets the pipeline's `quantize` step calibrates on, by ONNX input name."""
+    from workbench.passes.calibration import InputSig, file_inputs, random_inputs
+
+    params = _quantize_params(experiment)
+    inits = {init.name for init in canonical.graph.initializer}
+    sigs = [InputSig(value.name, tuple(d.dim_value for d in value.type.tensor_type.shape.dim),
+                     onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name)
+            for value in canonical.graph.input if value.name not in inits]
+    return file_inputs(sigs, params.files) if params.files else random_inputs(sigs, params.samples, params.seed)
+
+
+def ort_int8_model(experiment: Experiment, canonical: onnx.ModelProto, out_dir: Path) -> onnx.ModelProto:
+    """The canonical model quantized by ONNX Runtime on the `quantize` step's calibration inputs and method,
+    cached as ort_int8.onnx in the run folder."""
+    from workbench.measure.ort_quant import quantized_model
+
+    params = _quantize_params(experiment)
+    return quantized_model(canonical, calibration_samples(experiment, canonical), params.calibration,
+                           out_dir / "ort_int8.onnx", params.percentile)
+
+
+def _precision_note(experiment: Experiment, target) -> str | None:
+    """Say so where fp16 runs on a CPU without half-precision arithmetic: every op converts to fp32 and back."""
+    from tvm.target import codegen
+
+    if target.kind.name != "llvm" or not any(s.name == "fp16" for s in experiment.pipeline) \
+            or codegen.target_has_features("avx512fp16", target):
+        return None
+    return "fp16 on a CPU without native fp16 arithmetic (no avx512fp16): converted around each op, expect slower"
+
+
 def _runner(label: str, built: Built | None, canonical: onnx.ModelProto, inputs: dict[str, np.ndarray],
             target, place: TvmPlace, out_dir: Path) -> Runner:
     """The runner for one label: TVM builds where `place` says, IREE and ONNX Runtime here.
@@ -254,12 +293,14 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
                 if tvm_build is not None and place.unavailable:
                     result["measurements"][label] = _not_measured(place.unavailable)
                 else:
-                    runner = _runner(label, tvm_build, canonical, inputs, target, place, out_dir)
+                    model = ort_int8_model(experiment, canonical, out_dir) if label == "ort_int8" else canonical
+                    runner = _runner(label, tvm_build, model, inputs, target, place, out_dir)
                     outputs[label] = runner.infer()
                     timing = runner.measure(protocol.warmup, protocol.repeat)
                     on_cpu = is_cuda(target) and label in ("ort_all", "ort_none")
+                    note = _precision_note(experiment, target) if label == WORKBENCH_LABEL else None
                     result["measurements"][label] = {**timing.as_dict(),
-                                                     "note": "ONNX Runtime on the CPU" if on_cpu else None}
+                                                     "note": "ONNX Runtime on the CPU" if on_cpu else note}
                     result["kernels"][label] = runner.kernels
             except Exception as exc:  # a baseline that cannot run is reported, the run goes on
                 if label == WORKBENCH_LABEL:

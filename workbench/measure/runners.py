@@ -83,6 +83,7 @@ ORT_LEVELS = {
     "ort_all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     "ort_none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "ort_cuda": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    "ort_int8": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,  # on ORT's own statically quantized model
 }
 ORT_PROVIDERS = {"ort_cuda": "CUDAExecutionProvider"}  # every other ORT label runs on the CPU
 

@@ -12,19 +12,26 @@ from typing import Literal
 
 import numpy as np
 import tvm
+import tvm_ffi
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from workbench.errors import UserError
 from workbench.passes import calibration
+from workbench.passes.int8 import lower_int8
+from workbench.passes.pipeline import report_analysis
 from workbench.passes.registry import register
+from workbench.passes.rewrite import rewrite_functions
 
 # ---------------------------------------------------------------------------------------------- fp16
 
 # ToMixedPrecision reads this op attribute: 0 = always fp16, 1 = follow the inputs, 2 = never (fp32).
 _POLICY_ATTR = "TMixedPrecisionPolicy"
-_NEVER = 2
+_FOLLOW, _NEVER = 1, 2
+# ops TVM registers no policy for although they are elementwise: without one, ToMixedPrecision casts every
+# argument to fp32 and fails on clip's PrimValue bounds ("Expected TensorType, but got T.int64")
+_FOLLOWING = {"relax.clip": _FOLLOW}
 
 
 def _op_name(name: str) -> str:
@@ -62,15 +69,15 @@ class Fp16Params(BaseModel):
 
 
 @contextlib.contextmanager
-def _kept_in_fp32(op_names: list[str]):
-    """Temporarily give the ops ToMixedPrecision's 'never' policy, restoring each op's own policy after."""
+def _policies(policies: dict[str, int]):
+    """Temporarily give ops (by name) a ToMixedPrecision policy, restoring each op's own policy after."""
     saved = []
     try:
-        for name in op_names:
+        for name, policy in policies.items():
             op = tvm.ir.Op.get(name)
             saved.append((op, op.get_attr(_POLICY_ATTR)))
             op.reset_attr(_POLICY_ATTR)
-            op.set_attr(_POLICY_ATTR, _NEVER)
+            op.set_attr(_POLICY_ATTR, policy)
         yield
     finally:
         for op, old in reversed(saved):
@@ -95,10 +102,49 @@ class _FoldConstCasts(PyExprMutator):
         return call
 
     def run(self) -> tvm.IRModule:
-        for gv, func in self.mod_.functions.items():
-            if isinstance(func, relax.Function):
-                self.builder_.update_func(gv, self.visit_expr(func))
-        return self.builder_.get()
+        return rewrite_functions(self, self.mod_)
+
+
+def _elementwise_max_min(func: tvm.tirx.PrimFunc) -> str | None:
+    """`relax.maximum`/`relax.minimum` when `func` is one loop nest storing a max/min (TE's topi.maximum/
+    minimum), else None. Follows `.body`/`.block` down to the single store; any branching gives None."""
+    node = func.body
+    while not isinstance(node, tvm.tirx.BufferStore):
+        node = getattr(node, "block", None) or getattr(node, "body", None)
+        if node is None or isinstance(node, tvm.tirx.SeqStmt) or len(func.params) != 3:
+            return None
+    return {tvm.tirx.Max: "relax.maximum", tvm.tirx.Min: "relax.minimum"}.get(type(node.value))
+
+
+@mutator
+class _ClipAsOps(PyExprMutator):
+    """call_tir(TE maximum/minimum) -> relax.maximum/minimum. TVM's ONNX frontend lowers Clip straight to
+    call_tir, and ToMixedPrecision fails on any call_tir ("Expected TensorType" for the callee)."""
+
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.mod_ = mod
+        self.call_tir = tvm.ir.Op.get("relax.call_tir")
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = self.visit_expr_post_order(call)
+        if not call.op.same_as(self.call_tir) or not isinstance(call.args[0], relax.GlobalVar):
+            return call
+        func = self.mod_[call.args[0]]
+        op = _elementwise_max_min(func) if isinstance(func, tvm.tirx.PrimFunc) else None
+        args = call.args[1]
+        if op is None or not isinstance(args, relax.Tuple) or len(args.fields) != 2:
+            return call
+        replaced = relax.Call(tvm.ir.Op.get(op), list(args.fields))
+        return replaced if _same_tensor_type(self.builder_.normalize(replaced), call) else call
+
+    def run(self) -> tvm.IRModule:
+        return relax.transform.DeadCodeElimination()(rewrite_functions(self, self.mod_))
+
+
+def _same_tensor_type(a: relax.Expr, b: relax.Expr) -> bool:
+    return isinstance(a.ty, relax.TensorType) and _tensor_dtype(a) == _tensor_dtype(b) and \
+        tvm_ffi.structural_hash(a.ty) == tvm_ffi.structural_hash(b.ty)
 
 
 @register("fp16", "precision", Fp16Params)
@@ -107,7 +153,8 @@ def fp16(params: Fp16Params) -> tvm.transform.Pass:
     keep = [_op_name(n) for n in params.keep_fp32]
 
     def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        with _kept_in_fp32(keep):
+        mod = _ClipAsOps(mod).run()
+        with _policies({**_FOLLOWING, **{name: _NEVER for name in keep}}):
             mod = relax.transform.ToMixedPrecision(out_dtype=params.out_dtype)(mod)
         return _FoldConstCasts(mod).run() if params.fold_casts else mod
 
@@ -136,6 +183,9 @@ class QuantizeParams(BaseModel):
     seed: int = Field(default=0, ge=0, description="seed of the random calibration inputs")
     ops: list[str] = Field(default_factory=lambda: ["conv2d", "matmul", "dense"],
                            description=f"ops whose activation and constant weight get Q/DQ: {', '.join(QUANT_OPS)}")
+    execute: Literal["fake", "int8"] = Field(
+        default="fake", description="fake: Q/DQ around fp32 kernels (accuracy only); int8: conv2d/matmul run as "
+                                    "int8 x int8 -> int32 kernels with an fp32 rescale epilogue (see passes/int8.py)")
 
     @field_validator("ops")
     @classmethod
@@ -325,6 +375,10 @@ def quantize(params: QuantizeParams) -> tvm.transform.Pass:
     def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         scales = calibrate(mod, params)
         mod = _QDQ(mod, op_names, scales).run()
-        return relax.transform.DeadCodeElimination()(mod)  # drops the folded weights' float permute_dims
+        mod = relax.transform.DeadCodeElimination()(mod)  # drops the folded weights' float permute_dims
+        if params.execute == "int8":
+            mod, lowered, kept = lower_int8(mod)
+            report_analysis(int8={"lowered": lowered, "kept_fp32": kept})
+        return mod
 
     return tvm.transform.module_pass(run, opt_level=0, name="quantize")

@@ -1,0 +1,172 @@
+"""Benchmark: what precision buys on this CPU — INT8 and FP16 workbench builds vs fp32 and ONNX Runtime, one run.
+
+For each model every variant is built (llvm, this host) and timed by the same loop on the same inputs:
+
+- `fp32 workbench`  fold_constant,fold_batchnorm,fuse,dce
+- `int8 workbench`  the model's int8 config (configs/<model>_int8.yaml: quantize(execute=int8), integer kernels)
+- `fp16 workbench`  fold_constant,fp16,fuse,dce (rapidocr models)
+- `ort_int8`        ONNX Runtime's static QDQ quantization on the same calibration inputs (workbench.measure.ort_quant)
+- `ort_all`         ONNX Runtime fp32, all graph optimizations; `ort_none` (no optimizations) is the accuracy reference
+
+Ratios are fp32-workbench median / variant median and ort_all median / variant median (> 1: the variant is
+faster). Accuracy is against ort_none on the run's input (cosine, max abs error) and, for the classifier, top-1
+agreement over the calibration inputs. The rapidocr models run and calibrate on synthetic text pages (see
+`text_image`), the convnet on the workbench's seeded uniform inputs. Prints a Markdown table (the README's precision table). Usage:
+
+    python scripts/bench_precision.py [--repeat 10] [--models convnet_small,rapidocr_cls,rapidocr_det,rapidocr_rec]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from tvm.target import codegen
+
+from workbench.compile.build import build_lowered
+from workbench.compile.targets import make_target
+from workbench.config import Experiment, TargetConfig, load_experiment
+from workbench.experiment import calibration_samples, ort_int8_model
+from workbench.measure.accuracy import compare
+from workbench.measure.inputs import canonical_model, make_inputs
+from workbench.measure.runners import ort_runner, tvm_runner
+from workbench.measure.timing import time_call
+from workbench.models.importer import import_to_relax
+from workbench.passes.pipeline import run_pipeline
+from workbench.passes.pipeline_spec import PassSpec, parse_text, to_text
+
+ROOT = Path(__file__).resolve().parent.parent
+FP32 = "fold_constant,fold_batchnorm,fuse,dce"
+FP16 = "fold_constant,fp16,fuse,dce"
+MODELS = {  # model -> (config, variants beyond fp32 and the ORT baselines)
+    "convnet_small": ("configs/convnet_small_int8.yaml", ("int8",)),
+    "rapidocr_cls": ("configs/rapidocr_cls_int8.yaml", ("int8", "fp16")),
+    "rapidocr_det": ("configs/rapidocr_det_int8.yaml", ("int8", "fp16")),
+    "rapidocr_rec": ("configs/rapidocr_rec.yaml", ("fp16",)),
+}
+TOP1_MODELS = {"rapidocr_cls"}  # classifiers: top-1 agreement over the calibration inputs is meaningful
+TEXT_MODELS = {"rapidocr_cls", "rapidocr_det", "rapidocr_rec"}  # run and calibrated on synthetic text, not noise
+CALIBRATION_SAMPLES = 8
+
+
+def text_image(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """Synthetic text: lines of dark glyph strokes on white, normalized as rapidocr feeds its models
+    ((x / 255 - 0.5) / 0.5: white 1, ink -1). On uniform noise det's map is empty (max 7e-5) and cls is a coin
+    toss (0.51), so error figures would compare zeros; on these det marks 3-5 % of the pixels as text and cls
+    is confident (0.84-0.999, every page in the same class).
+    Odd seeds are turned 180° (cls's second class)."""
+    rng = np.random.default_rng(seed)
+    h, w = shape[-2:]
+    page = np.ones((h, w), np.float32)
+    for _ in range(1 if h < 100 else int(rng.integers(6, 12))):
+        size = int(rng.integers(max(8, min(14, h // 3)), min(32, int(h * 0.7)) + 1))
+        y, x = int(rng.integers(2, h - size - 1)), int(rng.integers(2, max(3, w // 4)))
+        for c in range(int(rng.integers(5, 20))):
+            left = x + c * int(size * 0.7)
+            if left + size > w:
+                break
+            stroke = max(2, size // 7)
+            for _ in range(int(rng.integers(2, 4))):
+                if rng.random() < 0.5:  # a vertical stroke
+                    at = left + int(rng.integers(0, size // 2))
+                    page[y:y + size, at:at + stroke] = -1
+                else:
+                    at = y + int(rng.integers(0, size - 3))
+                    page[at:at + stroke, left:left + size // 2] = -1
+    page = page[::-1, ::-1] if seed % 2 else page
+    return np.ascontiguousarray(np.broadcast_to(page, shape), dtype=np.float32)
+
+
+def _on_text(experiment: Experiment, inputs: dict[str, np.ndarray], out_dir: Path) -> tuple[Experiment, dict]:
+    """The experiment calibrating on synthetic text pages (.npy files under `out_dir`), and a text input to run."""
+    (name, array), = inputs.items()
+    files = []
+    for i in range(CALIBRATION_SAMPLES):
+        files.append(out_dir / "calibration" / f"text{i}.npy")
+        files[-1].parent.mkdir(parents=True, exist_ok=True)
+        np.save(files[-1], text_image(array.shape, i))
+    pipeline = [PassSpec(name=s.name, params={**s.params, "files": [str(f) for f in files]}) if s.name == "quantize"
+                else s for s in experiment.pipeline]
+    return experiment.model_copy(update={"pipeline": pipeline}), {name: text_image(array.shape, 1001)}
+
+
+def _top1(runner_for, samples: list[dict[str, np.ndarray]], reference) -> float:
+    """Share of calibration inputs whose arg-max class equals the reference's."""
+    hits = [int(np.argmax(runner_for(s).infer()[0]) == np.argmax(reference(s).infer()[0])) for s in samples]
+    return sum(hits) / len(hits)
+
+
+def bench_model(name: str, repeat: int, console: Console) -> list[dict]:
+    config, extra = MODELS[name]
+    experiment: Experiment = load_experiment(ROOT / config)
+    model = canonical_model(experiment.model, ROOT)
+    inputs = make_inputs(model, experiment.model, experiment.seed, ROOT)
+    imported = import_to_relax(model)
+    target = make_target(TargetConfig())  # this CPU, as `workbench run` builds for it (F16C, AVX2 here)
+    out_dir = ROOT / "runs" / "bench_precision" / name
+    if name in TEXT_MODELS:
+        experiment, inputs = _on_text(experiment, inputs, out_dir)
+    pipelines = {"fp32 workbench": FP32, **({"int8 workbench": to_text(experiment.pipeline)} if "int8" in extra else {}),
+                 **({"fp16 workbench": FP16} if "fp16" in extra else {})}
+    samples = calibration_samples(experiment, model)
+    onnx_models = {"ort_all": model}
+    builds, runners = {}, {}
+    for label, pipeline in pipelines.items():
+        with console.status(f"{name}: building {label}"):
+            optimized, _ = run_pipeline(imported, parse_text(pipeline), target, stats=False)
+            builds[label] = build_lowered(optimized, target)
+        runners[label] = tvm_runner(label, builds[label], inputs, target)
+    if "int8" in extra:
+        with console.status(f"{name}: ONNX Runtime static quantization"):
+            onnx_models["ort_int8"] = ort_int8_model(experiment, model, out_dir)
+        runners["ort_int8"] = ort_runner("ort_int8", onnx_models["ort_int8"], inputs)
+    runners["ort_all"] = ort_runner("ort_all", model, inputs)
+    reference = ort_runner("ort_none", model, inputs).infer()
+    medians = {}
+    for label, runner in runners.items():
+        with console.status(f"{name}: timing {label}"):
+            medians[label] = time_call(runner.run_once, warmup=1, repeat=repeat, sync=runner.sync).median_ms
+    rows = []
+    for label, runner in runners.items():
+        figures = compare(runner.infer(), reference, rtol=0.0, atol=0.0)
+        row = {"model": name, "variant": label, "median_ms": medians[label],
+               "vs_fp32": medians["fp32 workbench"] / medians[label], "vs_ort_all": medians["ort_all"] / medians[label],
+               "cosine": figures["cosine"], "max_abs_err": figures["max_abs_err"], "top1": None, "note": ""}
+        if name in TOP1_MODELS:
+            def on(sample, label=label):
+                return (tvm_runner(label, builds[label], sample, target) if label in builds
+                        else ort_runner(label, onnx_models[label], sample))
+            row["top1"] = _top1(on, samples, lambda sample: ort_runner("ort_none", model, sample))
+        if label == "fp16 workbench" and row["vs_fp32"] < 1 and not codegen.target_has_features("avx512fp16", target):
+            row["note"] = "slower: this CPU has no native fp16 arithmetic (no avx512fp16), every op converts"
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| model | variant | median ms | vs fp32 workbench | vs ort_all | cosine | max abs err | top-1 (calib.) "
+             "| note |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        top1 = f"{r['top1']:.2f}" if r["top1"] is not None else "—"
+        lines.append(f"| {r['model']} | {r['variant']} | {r['median_ms']:.2f} | {r['vs_fp32']:.2f}× | "
+                     f"{r['vs_ort_all']:.2f}× | {r['cosine']:.5f} | {r['max_abs_err']:.2e} | {top1} | {r['note']} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--models", default=",".join(MODELS))
+    args = parser.parse_args()
+    console = Console(stderr=True)
+    rows = []
+    for name in args.models.split(","):
+        rows += bench_model(name, args.repeat, console)
+        console.print(markdown(rows))
+    print(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""Integer execution of Q/DQ-annotated conv2d/matmul (the `quantize` pass with `execute: int8`).
+
+`quantize` leaves fake quantization: each selected op reads dequantize(quantize(x)) and
+dequantize(int8 weight) and computes in fp32. Here every such conv2d/matmul becomes
+
+    acc   = conv2d/matmul(q_x int8, w int8, out_dtype=int32)     # integer multiply-accumulate
+    y     = astype(acc, float32) * (x_scale * w_scale[c])        # per output channel
+    ...   the float epilogue that follows (bias add, relu, ...)
+    q_y   = quantize(y, next_scale)                              # the next int8 op's input, if any
+
+so after `fuse` the epilogue (scale, bias, activation, and the next op's requantization) runs in the
+integer kernel's loop nest and no dequantize is left between two int8 ops. The bias stays fp32, added
+after scaling: that equals an int32 bias of scale x_scale*w_scale without rounding the bias to it.
+Where the consumer is fp32 (a pool, the graph output), `y` simply stays fp32.
+
+An annotated op this path cannot run in integers keeps its Q/DQ pair (fake quantization, fp32 kernel);
+the pass records which ones and why in its pipeline record (`analysis.int8.kept_fp32`) and logs it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from workbench.passes.rewrite import rewrite_functions
+
+log = logging.getLogger("workbench.int8")
+
+_CONV2D, _MATMUL = "relax.nn.conv2d", "relax.matmul"
+
+
+def _const(expr: relax.Expr) -> np.ndarray | None:
+    return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) else None
+
+
+@mutator
+class _Int8Lowering(PyExprMutator):
+    """Rewrites conv2d/matmul on dequantized int8 operands into int8 x int8 -> int32 calls + fp32 rescale."""
+
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.mod_ = mod
+        self.dequantize = tvm.ir.Op.get("relax.dequantize")
+        self.lowered: dict[str, int] = {}
+        self.kept: list[str] = []
+
+    def _dequantized(self, expr: relax.Expr) -> relax.Call | None:
+        bound = self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
+        if isinstance(bound, relax.Call) and bound.op.same_as(self.dequantize):
+            return bound
+        return None
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = self.visit_expr_post_order(call)
+        if not isinstance(call.op, tvm.ir.Op) or len(call.args) < 2:
+            return call
+        act, weight = self._dequantized(call.args[0]), self._dequantized(call.args[1])
+        if act is None or weight is None:
+            return call  # not annotated by `quantize`
+        reason = self._unsupported(call, act, weight)
+        if reason is not None:
+            self.kept.append(f"{call.op.name}: {reason}")
+            return call
+        self.lowered[call.op.name] = self.lowered.get(call.op.name, 0) + 1
+        return self._integer(call, act, weight)
+
+    def _unsupported(self, call: relax.Call, act: relax.Call, weight: relax.Call) -> str | None:
+        """Why `call` cannot run in integers (None when it can)."""
+        if call.op.name not in (_CONV2D, _MATMUL):
+            return "no int8 lowering for this op (kept as fake quantization in fp32)"
+        w_int8, w_zero, x_zero = _const(weight.args[0]), _const(weight.args[2]), _const(act.args[2])
+        x_scale = _const(act.args[1])
+        if w_int8 is None or w_int8.dtype != np.int8 or str(act.args[0].ty.dtype) != "int8":
+            return "operands are not int8 (activation) and an int8 constant (weight)"
+        if x_scale is None or x_scale.size != 1 or x_zero is None or np.any(x_zero) or w_zero is None or np.any(w_zero):
+            return "needs a constant per-tensor activation scale and zero points 0 (symmetric)"
+        if call.op.name == _MATMUL and w_int8.ndim != 2:
+            return f"batched weight of rank {w_int8.ndim} (int8 matmul takes a 2-D [K, N] weight)"
+        if call.op.name == _CONV2D and not _plain_layouts(call.attrs):
+            return f"packed layout {call.attrs.data_layout}/{call.attrs.kernel_layout} (int8 conv2d takes NCHW/NHWC)"
+        return None
+
+    def _integer(self, call: relax.Call, act: relax.Call, weight: relax.Call) -> relax.Expr:
+        q_x, w_int8 = act.args[0], weight.args[0]
+        if call.op.name == _MATMUL:
+            acc = relax.op.matmul(q_x, w_int8, out_dtype="int32")
+        else:
+            a = call.attrs
+            acc = relax.op.nn.conv2d(q_x, w_int8, a.strides, a.padding, a.dilation, a.groups, a.data_layout,
+                                     a.kernel_layout, a.out_layout, out_dtype="int32")
+        acc = self.builder_.emit(acc)
+        out_ndim = len(acc.ty.shape)
+        channel = out_ndim - 1 if call.op.name == _MATMUL else str(call.attrs.out_layout or call.attrs.data_layout).index("C")
+        shape = [1] * out_ndim
+        shape[channel] = -1
+        scale = (_const(act.args[1]).astype(np.float64) * _const(weight.args[1]).astype(np.float64)).astype(np.float32)
+        y = self.builder_.emit(relax.op.astype(acc, "float32"))
+        return relax.op.multiply(y, relax.const(scale.reshape(shape)))
+
+    def run(self) -> tvm.IRModule:
+        return relax.transform.DeadCodeElimination()(rewrite_functions(self, self.mod_))
+
+
+def _plain_layouts(attrs) -> bool:
+    return str(attrs.data_layout) in ("NCHW", "NHWC") and str(attrs.kernel_layout) in ("OIHW", "HWIO", "OHWI") \
+        and str(attrs.out_layout or attrs.data_layout) in ("NCHW", "NHWC")
+
+
+def lower_int8(mod: tvm.IRModule) -> tuple[tvm.IRModule, dict[str, int], list[str]]:
+    """(module with int8 kernels, lowered calls by op, one line per op kept in fp32 with the reason)."""
+    lowering = _Int8Lowering(mod)
+    out = lowering.run()
+    for line in lowering.kept:
+        log.warning("int8: %s", line)
+    return out, lowering.lowered, lowering.kept
