@@ -2,6 +2,7 @@
 launches counted, dlight leaving scheduled kernels alone, the cuda_graph pass, and runs that say what
 was not measured. The GPU-only tests run where `tvm.cuda().exist` (scripts/gpu_check.sh)."""
 
+import gc
 import json
 import time
 from pathlib import Path
@@ -162,6 +163,7 @@ def test_rpc_measures_an_llvm_build_remotely_and_matches_the_local_run(rpc_track
     from workbench.measure.rpc import connect
     from workbench.measure.runners import tvm_runner
 
+    gc.collect()  # the run's RPC session (its server's only slot) is released when its objects are collected
     _, mod = zoo_relax("convnet_small")  # inputs x: [1, 3, 64, 64]
     built = build_lowered(run_pipeline(mod, FUSED, llvm, stats=False)[0], llvm)
     inputs = {"x": np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype("float32")}

@@ -184,7 +184,10 @@ def test_rerun_without_resume_refuses_and_resume_skips_done(finished_sweep):
 
 
 def test_sigkill_then_resume_keeps_every_variant_exactly_once(tmp_path):
-    path = write_sweep(tmp_path, {"orderings": ["dce"], "grid": {"seed": [0, 1, 2]}, "workers": 1}, name="k")
+    # three input shapes: three IRs, each built in its run (seeds of one IR reuse its build and can all land
+    # between two polls)
+    shapes = [[1, 3, 16, 16], [1, 3, 20, 20], [1, 3, 24, 24]]
+    path = write_sweep(tmp_path, {"orderings": ["dce"], "grid": {"model.inputs.x": shapes}, "workers": 1}, name="k")
     store = tmp_path / "k" / "results.sqlite"
     command = [sys.executable, "-m", "workbench.cli", "sweep", str(path)]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
