@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from workbench.compile.build import build_lowered, build_tvm_default
-from workbench.compile.databases import choose_database
+from workbench.compile.databases import applied_database
 from workbench.compile.targets import make_target, target_key
 from workbench.config import load_experiment
 from workbench.errors import BaselineUnavailable
@@ -40,7 +40,7 @@ CONFIGS = "quickstart,mobilenet_block,transformer_block,rapidocr_det"
 BASELINES = ("ort_all", "iree", "tvm_default")
 
 
-def workbench_runner(config: Path, console: Console) -> tuple[Runner, dict, object]:
+def workbench_runner(config: Path) -> tuple[Runner, dict, object]:
     """The config's workbench build as `workbench run` makes it, its runner, and what the row records of it."""
     experiment = load_experiment(config)
     target = make_target(experiment.target)
@@ -48,14 +48,9 @@ def workbench_runner(config: Path, console: Console) -> tuple[Runner, dict, obje
     inputs = make_inputs(model, experiment.model, experiment.seed, ROOT)
     imported = import_to_relax(model)
     optimized, _ = run_pipeline(imported, experiment.pipeline, target, stats=False)
-    database, note = None, "untuned (no tuning: section)"
-    if experiment.tuning is not None:
-        from workbench.compile.tune import open_database
-
-        choice = choose_database(experiment.database_root(ROOT), target, f"workbench tune {config}")
-        database = open_database(choice.path, create=False) if choice.path else None
-        note = choice.note or f"tuned for {choice.tuned_for}"
-    built = build_lowered(optimized, target, database, experiment.tuning is not None and experiment.tuning.layout_rewrite)
+    choice, database = applied_database(experiment, ROOT, target, f"workbench tune {config}")
+    note = "untuned (no tuning: section)" if choice is None else choice.note or f"tuned for {choice.tuned_for}"
+    built = build_lowered(optimized, target, database, experiment.layout_rewrite)
     if built.tuning:
         note += f"; {len(built.tuning['covered'])}/{built.kernels} kernels tuned"
     row = {"config": config.stem, "target": target_key(target), "database": note, "kernels": built.kernels}
@@ -64,7 +59,7 @@ def workbench_runner(config: Path, console: Console) -> tuple[Runner, dict, obje
 
 def bench_config(config: Path, repeat: int, rounds: int, console: Console) -> dict:
     with console.status(f"{config.stem}: building"), tempfile.TemporaryDirectory() as iree_dir:
-        workbench, row, (model, inputs, imported, target) = workbench_runner(config, console)
+        workbench, row, (model, inputs, imported, target) = workbench_runner(config)
         runners = {"workbench": workbench, "ort_all": ort_runner("ort_all", model, inputs)}
         try:
             runners["iree"] = iree_runner(model, inputs, Path(iree_dir), "llvm", cpu=str(target.attrs["mcpu"]))

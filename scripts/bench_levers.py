@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from workbench.compile.build import build_lowered
-from workbench.compile.databases import WORKLOADS_FILE, choose_database
+from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE, applied_database, choose_database
 from workbench.compile.targets import make_target, target_key
 from workbench.compile.tune_run import optimized_module, tune_experiment
 from workbench.config import Experiment, load_experiment
@@ -36,7 +36,6 @@ from workbench.measure.runners import Runner, ort_runner, tvm_runner
 from workbench.measure.timing import interleaved_medians
 
 ROOT = Path(__file__).resolve().parent.parent
-RECORDS_FILE = "database_tuning_record.json"
 NCHW = "pipeline=fold_constant,fold_batchnorm,fuse,dce"
 UNTUNED = "tuning=null"
 
@@ -113,15 +112,9 @@ def variant_runner(experiment: Experiment, inputs: dict[str, np.ndarray]) -> tup
     """The workbench build of `experiment` as `workbench run` makes it, and which database it used."""
     target = make_target(experiment.target)
     optimized = optimized_module(experiment, ROOT, target)
-    database, note = None, "—"
-    tuning = experiment.tuning
-    if tuning is not None:
-        from workbench.compile.tune import open_database
-
-        choice = choose_database(experiment.database_root(ROOT), target, "")
-        database = open_database(choice.path, create=False) if choice.path else None
-        note = f"{choice.tuned_for}"
-    built = build_lowered(optimized, target, database, tuning is not None and tuning.layout_rewrite)
+    choice, database = applied_database(experiment, ROOT, target, "")
+    note = "—" if choice is None else f"{choice.tuned_for}"
+    built = build_lowered(optimized, target, database, experiment.layout_rewrite)
     if built.tuning:
         note += f", {len(built.tuning['covered'])}/{built.kernels} kernels tuned"
     return tvm_runner("workbench", built, inputs, target), f"{target_key(target)}; {note}"

@@ -46,8 +46,7 @@ def main() -> None:
     if database_dir is None:
         raise SystemExit(f"no database for {target_key(target)} under {experiment.database_root(base)}: "
                          f"workbench tune {args.config}")
-    layout_rewrite = experiment.tuning is not None and experiment.tuning.layout_rewrite
-    tuned = build_lowered(optimized, target, open_database(database_dir, create=False), layout_rewrite)
+    tuned = build_lowered(optimized, target, open_database(database_dir, create=False), experiment.layout_rewrite)
 
     runners = {
         "workbench tuned": tvm_runner("tuned", tuned, inputs, target),

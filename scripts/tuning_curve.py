@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.compile.databases import choose_database  # noqa: E402
+from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE, choose_database  # noqa: E402
 from workbench.compile.targets import make_target  # noqa: E402
 from workbench.compile.tune import FAILED_RUN_SECS, extract_tasks, tuning_module  # noqa: E402
 from workbench.compile.tune_run import optimized_module  # noqa: E402
@@ -34,9 +34,9 @@ NEAR_BEST = 1.05
 
 def best_so_far(database: Path) -> dict[str, list[float]]:
     """Workload hash -> best mean run time (µs) after each of its measured trials, in measuring order."""
-    hashes = [json.loads(line)[0] for line in (database / "database_workload.json").read_text().splitlines()]
+    hashes = [json.loads(line)[0] for line in (database / WORKLOADS_FILE).read_text().splitlines()]
     curves: dict[str, list[float]] = {}
-    for line in (database / "database_tuning_record.json").read_text().splitlines():
+    for line in (database / RECORDS_FILE).read_text().splitlines():
         index, (_trace, run_secs, _target, _args) = json.loads(line)
         seconds = float(np.mean(run_secs)) if run_secs else FAILED_RUN_SECS
         curve = curves.setdefault(hashes[index], [])
@@ -48,9 +48,8 @@ def tuned_tasks(config: Path, database: Path | None) -> tuple[str, Path, list[di
     """The config's tasks with their uses and best-so-far curve (tasks without records are left out)."""
     experiment = load_experiment(config)
     target = make_target(experiment.target)
-    layout_rewrite = experiment.tuning is not None and experiment.tuning.layout_rewrite
-    tasks = extract_tasks(tuning_module(optimized_module(experiment, Path.cwd(), target), target, layout_rewrite),
-                          target)
+    tasks = extract_tasks(tuning_module(optimized_module(experiment, Path.cwd(), target), target,
+                                        experiment.layout_rewrite), target)
     database = database or choose_database(experiment.database_root(Path.cwd()), target, "").path
     curves = best_so_far(database)
     rows = []

@@ -30,7 +30,7 @@ def test_committed_database_covers_the_configs_heavy_kernels(name):
     assert tuned_for["kind"] == "llvm" and tuned_for["key"] == choice.path.name
     database = open_database(choice.path, create=False)
     tasks = extract_tasks(tuning_module(optimized_module(experiment, Path.cwd(), target), target,
-                                        experiment.tuning.layout_rewrite), target)
+                                        experiment.layout_rewrite), target)
     left, reached = experiment.tuning.trials, []
     for task, planned in zip(tasks, plan(tasks, database, choice.path, experiment.tuning)):  # heaviest first
         if left > 0 and any(op in task.task_name for op in ("conv2d", "matmul")):

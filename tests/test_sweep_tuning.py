@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from workbench.cli import main
+from workbench.compile.databases import RECORDS_FILE
 from workbench.compile.targets import make_target, target_key
 from workbench.config import TargetConfig
 from workbench.sweep.report import ranked_rows, tuning_counts
@@ -91,7 +92,7 @@ def test_tuned_sweep_survives_sigkill_in_tuning_and_in_measuring(tmp_path):
     path = write_sweep(tmp_path)
     out = tmp_path / "t"
     store = out / "results.sqlite"
-    records = out / "schedules" / target_key(make_target(TargetConfig())) / "database_tuning_record.json"
+    records = out / "schedules" / target_key(make_target(TargetConfig())) / RECORDS_FILE
     lines = lambda: records.read_text().splitlines() if records.is_file() else []  # noqa: E731
     command = [sys.executable, "-m", "workbench.cli", "sweep", str(path)]
 

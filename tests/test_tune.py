@@ -23,6 +23,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.build import build_lowered
 from workbench.cli import main
+from workbench.compile.databases import RECORDS_FILE
 from workbench.compile.targets import make_target, target_key
 from workbench.config import TargetConfig, TuningConfig, load_experiment
 from workbench.errors import UserError
@@ -30,12 +31,11 @@ from workbench.passes.pipeline import run_pipeline
 from workbench.compile.tune import (MS_LOGGER, XGB_WARMUP_SAMPLES, extract_tasks, make_builder, make_cost_model, make_runner,
                             open_database, plan, tune_context, tune_tasks, tuning_module, tuning_target)
 
-RECORDS = "database_tuning_record.json"
 HOST_KEY = target_key(make_target(TargetConfig()))  # llvm-<this machine's CPU>
 
 
 def record_lines(database: Path) -> list[str]:
-    path = database / RECORDS
+    path = database / RECORDS_FILE
     return path.read_text().splitlines() if path.is_file() else []
 
 

@@ -206,6 +206,11 @@ class Experiment(Strict):
         """The run folder, relative paths taken from `base_dir` (the working directory)."""
         return base_dir / (self.output or Path("runs") / self.name)
 
+    @property
+    def layout_rewrite(self) -> bool:
+        """Do tuned kernels read their weights pre-packed (`tuning.layout_rewrite`)?"""
+        return self.tuning is not None and self.tuning.layout_rewrite
+
     def database_root(self, base_dir: Path) -> Path:
         """The tuning database root (`tuning.database`, or schedules/<name>), one folder per target inside."""
         configured = self.tuning.database if self.tuning else None

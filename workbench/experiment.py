@@ -27,6 +27,7 @@ from workbench.passes import pipeline_spec
 from workbench.measure.accuracy import compare
 from workbench.atomic import atomic_write_bytes, atomic_write_json
 from workbench.compile.build import Built, build_lowered, build_tvm_default
+from workbench.compile.databases import applied_database
 from workbench.config import WORKBENCH_LABEL, Experiment
 from workbench.compile.cuda_report import kernel_report
 from workbench.errors import BaselineUnavailable, UserError
@@ -206,14 +207,6 @@ def _profiles(experiment: Experiment, canonical: onnx.ModelProto, inputs: dict[s
     return profiles
 
 
-def _chosen_database(experiment: Experiment, base_dir: Path, target, config_path: Path | None):
-    """The tuning database folder this run applies (see compile/databases.py), checked before any long work."""
-    from workbench.compile.databases import choose_database
-
-    hint = f"workbench tune {config_path or 'CONFIG'}"
-    return choose_database(experiment.database_root(base_dir), target, hint)
-
-
 def run_experiment(experiment: Experiment, base_dir: Path, console: Console | None = None,
                    dump_ir: Path | None = None, store: bool = True, builds: dict | None = None,
                    config_path: Path | None = None) -> dict:
@@ -242,13 +235,10 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     }
 
     tuning = experiment.tuning
+    tune_hint = f"workbench tune {config_path or 'CONFIG'}"
     database, choice = None, None
-    if tuning is not None:  # MetaSchedule is imported only by runs that use it
-        from workbench.compile.tune import open_database
-
-        if not tuning.tune:  # a missing database is reported before any long work
-            choice = _chosen_database(experiment, base_dir, target, config_path)
-            database = open_database(choice.path, create=False) if choice.path is not None else None
+    if tuning is not None and not tuning.tune:  # a missing database is reported before any long work
+        choice, database = applied_database(experiment, base_dir, target, tune_hint)
     with step(console, f"Loading {experiment.model.source}"):
         canonical = canonical_model(experiment.model, base_dir)
         atomic_write_bytes(out_dir / "model.canonical.onnx", canonical.SerializeToString())
@@ -265,15 +255,13 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
 
         trials, _folder = tune_optimized(optimized, target, experiment, base_dir, console)
         result["tuning_trials"] = [r.as_dict() for r in trials]
-        choice = _chosen_database(experiment, base_dir, target, config_path)
-        database = open_database(choice.path, create=False)
+        choice, database = applied_database(experiment, base_dir, target, tune_hint)
     with step(console, f"Building workbench for {target_key(target)}"
                        + (f" with tuned schedules ({choice.tuned_for or 'target unrecorded'})" if database is not None else "")):
         library = out_dir / "workbench.so"
-        layout_rewrite = tuning is not None and tuning.layout_rewrite
-        built = _workbench_build(optimized, target, library, builds, database, layout_rewrite)
+        built = _workbench_build(optimized, target, library, builds, database, experiment.layout_rewrite)
     if choice is not None:
-        result["tuning"] = {**choice.as_dict(), "layout_rewrite": layout_rewrite, **(built.tuning or {})}
+        result["tuning"] = {**choice.as_dict(), "layout_rewrite": experiment.layout_rewrite, **(built.tuning or {})}
         if choice.note:
             console.print(f"[yellow]![/] {choice.note}")
 

@@ -17,9 +17,11 @@ import tvm
 
 from workbench.atomic import atomic_write_json
 from workbench.compile.targets import cpu_features, target_key
+from workbench.config import Experiment
 from workbench.errors import UserError
 
 WORKLOADS_FILE = "database_workload.json"
+RECORDS_FILE = "database_tuning_record.json"
 TARGET_FILE = "target.json"
 
 
@@ -96,3 +98,14 @@ def choose_database(root: Path, target: tvm.target.Target, tune_hint: str) -> Da
     return DatabaseChoice(root, folder, tuned["key"], "closest",
                           f"tuned for {tuned['key']} (closest to {key}, which has no database; "
                           f"tune it: {tune_hint})")
+
+
+def applied_database(experiment: Experiment, base_dir: Path, target: tvm.target.Target, tune_hint: str):
+    """The experiment's database choice for `target` and the database opened (None where untuned), or (None, None)
+    without a `tuning:` section; MetaSchedule is imported only when there is one."""
+    if experiment.tuning is None:
+        return None, None
+    from workbench.compile.tune import open_database
+
+    choice = choose_database(experiment.database_root(base_dir), target, tune_hint)
+    return choice, open_database(choice.path, create=False) if choice.path is not None else None

@@ -46,6 +46,7 @@ from tvm.s_tir.analysis import estimate_tir_flops
 
 from workbench.atomic import atomic_write_json
 from workbench.compile.build import legalized
+from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE
 from workbench.config import TuningConfig
 from workbench.errors import UserError
 
@@ -138,7 +139,7 @@ def open_database(path: Path, create: bool) -> ms.database.JSONDatabase:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UserError(f"tuning.database {str(path)!r}: cannot create it ({exc.strerror or exc})") from exc
-    for name in ("database_workload.json", "database_tuning_record.json"):
+    for name in (WORKLOADS_FILE, RECORDS_FILE):
         _drop_torn_lines(path / name)
     return ms.database.JSONDatabase(work_dir=str(path))
 
