@@ -35,6 +35,21 @@ def test_tvm_profile_times_every_kernel_of_the_build_once_per_inference(convnet)
     assert sum(k.share for k in profile.kernels) == pytest.approx(1.0)
 
 
+def test_tvm_profile_charges_kernels_less_the_instrument_and_builtins_the_rest(convnet):
+    """Timed around each call, the builtins' row was mostly the instrument's own Python round trips: the
+    kernels are charged their interval less the instrument's cost, the builtins what is left of the plain latency."""
+    _model, built, inputs = convnet
+    profile = tvm_profile(built.executable, inputs, tvm.cpu(), warmup=1, runs=5)
+    assert 0 < profile.instrument_us < 50 and profile.plain_us > 0
+    assert profile.as_dict()["instrument_us"] == profile.instrument_us
+    assert all(k.us >= 0 for k in profile.kernels)
+    kernels = sum(k.us for k in profile.kernels if k.name != VM_BUILTINS)
+    builtins = next(k for k in profile.kernels if k.name == VM_BUILTINS)
+    assert builtins.calls > 0
+    assert builtins.us == pytest.approx(max(profile.plain_us - kernels, 0.0))
+    assert profile.total_us == pytest.approx(max(profile.plain_us, kernels))
+
+
 def test_ort_profile_reads_the_node_trace_after_the_warmup(convnet, tmp_path):
     model, _built, inputs = convnet
     profile = ort_profile(model, inputs, tmp_path, warmup=2, runs=4)
