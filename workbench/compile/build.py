@@ -27,6 +27,7 @@ from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.relax.backend.cuda import pipeline as cuda_backend
 
+from workbench.passes.cuda_graph import CUDA_GRAPH_ATTR
 from workbench.passes.pipeline import count_kernels
 
 
@@ -44,9 +45,6 @@ class Built:
         self.executable.export_library(str(tmp))
         tmp.replace(path)
         return path
-
-
-CUDA_GRAPH_ATTR = "workbench.cuda_graph"  # module attr set by the `cuda_graph` pass
 
 
 def _backend(target: tvm.target.Target):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import tvm
 
-from workbench.compile.build import CUDA_GRAPH_ATTR
 from workbench.errors import UserError
 from workbench.passes.registry import register
+
+CUDA_GRAPH_ATTR = "workbench.cuda_graph"  # module attr this pass sets; the build's lowering tail reads it
 
 
 @register("cuda_graph", "fusion")
