@@ -28,8 +28,9 @@ from workbench.compile.targets import make_target, target_key
 from workbench.config import TargetConfig, TuningConfig, load_experiment
 from workbench.errors import UserError
 from workbench.passes.pipeline import run_pipeline
-from workbench.compile.tune import (MS_LOGGER, XGB_WARMUP_SAMPLES, extract_tasks, make_builder, make_cost_model, make_runner,
-                            open_database, plan, tune_context, tune_tasks, tuning_module, tuning_target)
+from workbench.compile.tune import (MS_LOGGER, XGB_WARMUP_SAMPLES, TaskResult, extract_tasks, hottest, make_builder,
+                                    make_cost_model, make_runner, open_database, plan, tune_context, tune_tasks,
+                                    tuning_module, tuning_target)
 
 HOST_KEY = target_key(make_target(TargetConfig()))  # llvm-<this machine's CPU>
 
@@ -76,6 +77,31 @@ def test_light_kernels_get_one_search_round_and_convs_the_full_budget(optimized,
     convs = [name for name in budgets if name.startswith("fused_conv2d")]
     assert len(convs) == 6 and all(budgets[name] == 64 for name in convs)
     assert budgets["max_pool2d"] == budgets["mean"] == budgets["fused_matmul_add5"] == 8  # < 1% of the FLOPs
+
+
+@pytest.mark.slow
+def test_hot_trials_go_a_round_at_a_time_to_the_kernel_holding_the_most_time(optimized, llvm, tmp_path):
+    """Two light kernels at their 2-trial budgets, then 4 hot trials in rounds of 2: each round goes to whichever
+    costs more now (best µs x uses); a rerun counts the hot trials in the database and measures nothing."""
+    tasks = [t for t in extract_tasks(tuning_module(optimized, llvm), llvm) if t.task_name in ("max_pool2d", "mean")]
+    config = TuningConfig(trials=4, trials_per_task=2, trials_per_iter=2, hot_trials=4, cost_model="random")
+    results = tune_tasks(tasks, llvm, config, tmp_path / "db", tmp_path / "logs")
+    assert sum(r.trials_run for r in results) == 8 and all(r.trials_run >= 2 for r in results)
+    assert len(record_lines(tmp_path / "db")) == 8 and all(r.best_us is not None for r in results)
+    again = tune_tasks(tasks, llvm, config, tmp_path / "db", tmp_path / "logs")
+    assert [r.trials_run for r in again] == [0, 0] and len(record_lines(tmp_path / "db")) == 8
+
+
+def test_the_hottest_kernel_is_the_searchable_one_with_the_most_time():
+    results = [TaskResult("conv", weight=1, budget=8, trials_before=8, best_us=100.0),
+               TaskResult("add", weight=3, budget=8, trials_before=8, best_us=40.0),  # 120 µs per inference
+               TaskResult("pool", weight=1, budget=8, trials_before=8, best_us=500.0, exhausted=True),
+               TaskResult("new", weight=1, budget=8, trials_before=0)]  # nothing measured yet
+    assert results[hottest(results)].name == "add"
+    results[1].exhausted = True
+    assert results[hottest(results)].name == "conv"
+    results[0].exhausted = True
+    assert hottest(results) is None
 
 
 @pytest.mark.slow

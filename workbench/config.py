@@ -129,7 +129,8 @@ class TuningConfig(Strict):
 
     Tasks (one per distinct TIR function after the pipeline) are tuned one after another, heaviest
     (FLOPs x uses) first, each up to `trials_per_task` trials (default: `trials` spread evenly over the
-    tasks), never more than `trials` in all. Candidates are measured here (`runner: local`) or on the
+    tasks), never more than `trials` in all; then `hot_trials` go, a round at a time, to whichever kernel
+    holds the most time. Candidates are measured here (`runner: local`) or on the
     device a TVM RPC tracker hands out (`runner: rpc` with `rpc:`; how CUDA is tuned without a local GPU).
     """
 
@@ -137,6 +138,10 @@ class TuningConfig(Strict):
     trials_per_task: PositiveInt | None = Field(default=None, description="per-task cap; default trials / tasks")
     trials_per_iter: PositiveInt = Field(
         default=8, description="candidates measured per search round; the cost model retrains after each")
+    hot_trials: int = Field(
+        default=0, ge=0, description="after the per-task budgets: this many more trials, one search round at a "
+                                     "time, each given to the kernel that costs the most time now (its best "
+                                     "measured µs x uses); not capped by `trials`")
     cost_model: Literal["xgb", "random"] = "xgb"
     database: Path | None = Field(default=None, description="schedule database root, one folder per resolved target "
                                                             "inside (<root>/llvm-znver3); default schedules/<name>")

@@ -382,16 +382,25 @@ class _Interrupts:
         self.check()  # requested during the last batch of a task: stop before the next task starts
 
 
+def hottest(results: list[TaskResult]) -> int | None:
+    """The task that holds the most time now (best µs x uses) and can still be searched, if any."""
+    measured = [(r.best_us * r.weight, i) for i, r in enumerate(results) if r.best_us and not r.exhausted]
+    return max(measured)[1] if measured else None
+
+
 Progress = Callable[[TaskResult], None]  # called when a task starts, after each measured batch, when it ends
 
 
 def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config: TuningConfig,
                database_dir: Path, log_dir: Path, progress: Progress | None = None,
                cost_model: ms.cost_model.CostModel | None = None) -> list[TaskResult]:
-    """Tune each task up to its budget (skipping those already there), never past `config.trials` in all.
+    """Tune each task up to its budget (skipping those already there), never past `config.trials` in all;
+    then spend `config.hot_trials` one search round at a time on the task that holds the most time now
+    (best µs x uses: what `workbench profile` would put on top), so tuning time goes where latency is.
 
-    Trials already in the database count toward both budgets, so a rerun with the same config only
-    finishes what an interrupted run left (and measures nothing when the first run completed).
+    Trials already in the database count toward every budget (trials past a task's budget are hot trials),
+    so a rerun with the same config only finishes what an interrupted run left (and measures nothing when
+    the first run completed).
     """
     target = tuning_target(target)
     num_cores = int(target.attrs["num-cores"]) if "num-cores" in target.attrs else ms.utils.cpu_count(logical=False)
@@ -406,32 +415,48 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
     interrupts = _Interrupts()
     with task_loggers(log_dir, [t.task_name for t in tasks]) as loggers:
         contexts = _contexts(tasks, loggers, num_cores, config.seed)
-        for task, context, result in zip(tasks, contexts, results):
+
+        def tune_one(index: int, want: int) -> None:
+            """Up to `want` more trials of task `index`; a search that finds nothing new marks it exhausted."""
+            task, result = tasks[index], results[index]
+            before = result.trials_run
+
+            def measured(count: int) -> None:
+                result.trials_run += count
+                result.best_us = best_latency_us(database, task.dispatched[0])
+                report(result)
+                interrupts.check()
+
+            with interrupts.handled():
+                ms.tune.tune_tasks(
+                    tasks=[contexts[index]], task_weights=[float(task.weight)], work_dir=str(log_dir),
+                    max_trials_global=want, max_trials_per_task=want,
+                    num_trials_per_iter=min(config.trials_per_iter, want),
+                    builder=builder, runner=runner, database=database, cost_model=cost_model,
+                    measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
+                                       _ProgressCallback(measured)],
+                    task_scheduler="round-robin",
+                )
+            if result.trials_run - before < want:  # the search found nothing new to measure: the space is used up
+                result.exhausted = True
+                atomic_write_json(database_dir / EXHAUSTED_FILE,
+                                  {**_exhausted(database_dir), _workload_key(task.dispatched[0]): task.task_name})
+
+        for index, result in enumerate(results):
             want = 0 if result.exhausted else min(result.budget - result.trials_before, left)
             report(result)
             if want > 0:
-                def measured(count: int, result: TaskResult = result,
-                             task_mod: tvm.IRModule = task.dispatched[0]) -> None:
-                    result.trials_run += count
-                    result.best_us = best_latency_us(database, task_mod)
-                    report(result)
-                    interrupts.check()
-
-                with interrupts.handled():
-                    ms.tune.tune_tasks(
-                        tasks=[context], task_weights=[float(task.weight)], work_dir=str(log_dir),
-                        max_trials_global=want, max_trials_per_task=want,
-                        num_trials_per_iter=min(config.trials_per_iter, want),
-                        builder=builder, runner=runner, database=database, cost_model=cost_model,
-                        measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
-                                           _ProgressCallback(measured)],
-                        task_scheduler="round-robin",
-                    )
+                tune_one(index, want)
                 left -= result.trials_run
-                if result.trials_run < want:  # the search found nothing new to measure: the space is used up
-                    result.exhausted = True
-                    atomic_write_json(database_dir / EXHAUSTED_FILE,
-                                      {**_exhausted(database_dir), _workload_key(task.dispatched[0]): task.task_name})
-            result.best_us = best_latency_us(database, task.dispatched[0])
+            result.best_us = best_latency_us(database, tasks[index].dispatched[0])
             report(result)
+        hot = config.hot_trials - sum(max(0, r.trials_before - r.budget) for r in results)  # resumes, too
+        while hot > 0:
+            index = hottest(results)
+            if index is None:
+                break
+            ran = results[index].trials_run
+            tune_one(index, min(config.trials_per_iter, hot))
+            hot -= results[index].trials_run - ran
+            report(results[index])
     return results
