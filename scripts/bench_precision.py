@@ -3,7 +3,8 @@
 For each model every variant is built (llvm, this host) and timed by the same loop on the same inputs:
 
 - `fp32 workbench`  fold_constant,fold_batchnorm,fuse,dce
-- `int8 workbench`  the model's int8 config (configs/<model>_int8.yaml: quantize(execute=int8), integer kernels)
+- `int8 workbench`  the model's int8 config (configs/<model>_int8.yaml: quantize(execute=int8), integer kernels),
+                    once with symmetric int8 activations and once with asymmetric uint8 ones (`activations`)
 - `fp16 workbench`  fold_constant,fp16,fuse,dce (rapidocr models)
 - `ort_int8`        ONNX Runtime's static QDQ quantization on the same calibration inputs (workbench.measure.ort_quant)
 - `ort_all`         ONNX Runtime fp32, all graph optimizations; `ort_none` (no optimizations) is the accuracy reference
@@ -92,6 +93,12 @@ def _on_text(experiment: Experiment, inputs: dict[str, np.ndarray], out_dir: Pat
     return experiment.model_copy(update={"pipeline": pipeline}), {name: text_image(array.shape, 1001)}
 
 
+def _with_activations(pipeline: list[PassSpec], kind: str) -> list[PassSpec]:
+    """The pipeline with its quantize step's activations set to `kind` (symmetric int8 / asymmetric uint8)."""
+    return [PassSpec(name=s.name, params={**s.params, "activations": kind}) if s.name == "quantize" else s
+            for s in pipeline]
+
+
 def _top1(runner_for, samples: list[dict[str, np.ndarray]], reference) -> float:
     """Share of calibration inputs whose arg-max class equals the reference's."""
     hits = [int(np.argmax(runner_for(s).infer()[0]) == np.argmax(reference(s).infer()[0])) for s in samples]
@@ -108,8 +115,9 @@ def bench_model(name: str, repeat: int, console: Console) -> list[dict]:
     out_dir = ROOT / "runs" / "bench_precision" / name
     if name in TEXT_MODELS:
         experiment, inputs = _on_text(experiment, inputs, out_dir)
-    pipelines = {"fp32 workbench": FP32, **({"int8 workbench": to_text(experiment.pipeline)} if "int8" in extra else {}),
-                 **({"fp16 workbench": FP16} if "fp16" in extra else {})}
+    int8 = {f"int8 workbench ({kind})": to_text(_with_activations(experiment.pipeline, kind))
+            for kind in ("symmetric", "asymmetric")} if "int8" in extra else {}
+    pipelines = {"fp32 workbench": FP32, **int8, **({"fp16 workbench": FP16} if "fp16" in extra else {})}
     samples = calibration_samples(experiment, model)
     onnx_models = {"ort_all": model}
     builds, runners = {}, {}

@@ -95,3 +95,60 @@ def test_int8_keeps_unsupported_op_in_fp32_and_says_so(llvm, caplog):
     fake, _ = run_pipeline(mod, parse_text("quantize(ops=[conv1d, matmul])"), llvm)
     err = calibration.quantization_error(infer(fake, inputs, llvm), infer(out, inputs, llvm))
     assert err["cosine"] > 0.9999, err
+
+
+def _shifted_convs() -> tvm.IRModule:
+    """x[1,4,12,12] - 0.5 -> conv2d (padded; its input has negatives) -> relu -> conv2d (padded; input >= 0)."""
+    rng = np.random.default_rng(0)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 12, 12), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.subtract(x, relax.const(np.float32(0.3))))
+            y = bb.emit(relax.op.nn.conv2d(y, relax.const(rng.normal(size=(8, 4, 3, 3)).astype("float32")), padding=1))
+            y = bb.emit(relax.op.nn.relu(y))
+            y = bb.emit(relax.op.nn.conv2d(y, relax.const(rng.normal(size=(6, 8, 3, 3)).astype("float32")), padding=1))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_asymmetric_uint8_activations_run_u8_x_s8_with_the_zero_point_taken_off(llvm):
+    mod = _shifted_convs()
+    inputs = eval_inputs({"x": [1, 4, 12, 12]})
+    real, records = run_pipeline(mod, parse_text("quantize(activations=asymmetric, execute=int8)"), llvm)
+    assert records[0].analysis["int8"]["lowered"] == {"relax.nn.conv2d": 2}
+    convs = calls(real, "relax.nn.conv2d")
+    assert [[dtype(a) for a in c.args] for c in convs] == [["uint8", "int8"]] * 2
+    # the first conv's input has negatives: a nonzero zero point, so its input is padded with it explicitly
+    # and the conv itself pads nothing; the second's input is a ReLU's (zero point 0) and keeps its padding
+    assert [list(map(int, c.attrs.padding)) for c in convs] == [[0, 0, 0, 0], [1, 1, 1, 1]]
+    (pad,) = calls(real, "relax.nn.pad")
+    assert 0 < float(pad.attrs.pad_value) < 255
+
+    fake, _ = run_pipeline(mod, parse_text("quantize(activations=asymmetric)"), llvm)
+    real_out, fake_out = infer(real, inputs, llvm), infer(fake, inputs, llvm)
+    err = calibration.quantization_error(fake_out, real_out)
+    assert err["cosine"] > 0.99999 and err["max_abs_err"] < 1e-2 * float(np.abs(fake_out[0]).max()), err
+
+    float_out = infer(mod, inputs, llvm)
+    symmetric = infer(run_pipeline(mod, parse_text("quantize(execute=int8)"), llvm)[0], inputs, llvm)
+    asym_err = calibration.quantization_error(float_out, real_out)
+    sym_err = calibration.quantization_error(float_out, symmetric)
+    # 256 levels on the ReLU output instead of 128: closer to the float model
+    assert 1 - asym_err["cosine"] < 1 - sym_err["cosine"], (asym_err, sym_err)
+
+
+def test_asymmetric_quant_parameters_cover_the_range_and_zero():
+    stats = calibration.ActivationStats()
+    rng = np.random.default_rng(0)
+    stats.add(rng.uniform(-0.5, 1.5, 10_000), keep=10_000, rng=rng)
+    quant = calibration.activation_quant(stats, "minmax", asymmetric=True)
+    assert quant.dtype == "uint8" and 0 < quant.zero_point < 255
+    lo, hi = (0 - quant.zero_point) * quant.scale, (255 - quant.zero_point) * quant.scale
+    assert lo == pytest.approx(stats.lo, abs=quant.scale) and hi == pytest.approx(stats.hi, abs=quant.scale)
+    relu = calibration.ActivationStats()
+    relu.add(np.maximum(rng.normal(size=10_000), 0), keep=10_000, rng=rng)
+    quant = calibration.activation_quant(relu, "percentile", 99.9, asymmetric=True)
+    assert quant.zero_point == 0 and quant.scale == pytest.approx(np.percentile(relu.signed_values(), 99.9) / 255)
+    assert calibration.activation_quant(relu, "minmax").dtype == "int8"

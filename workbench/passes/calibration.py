@@ -10,7 +10,11 @@ module turns the observed tensors into one clipping threshold per activation:
   threshold (bin 128..2048) compare the clipped distribution P with its 128-level quantized version Q;
   the threshold with the smallest KL(P||Q) wins.
 
-Quantization is symmetric (zero point 0): scale = threshold / 127.
+Symmetric quantization (the default) is int8 with zero point 0: scale = threshold / 127. Asymmetric
+quantization (ONNX Runtime's default for activations) is uint8 over [lo, hi] with a zero point:
+scale = (hi - lo) / 255, the observed range clipped to the threshold on each side (percentile: the
+signed percentiles) and widened to hold 0. A non-negative activation (after a ReLU) then spends all 256
+levels on [0, hi] instead of 128, and HardSwish's small negative tail costs a few levels, not half.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from workbench.measure.inputs import DEFAULT_RANGES
 
 METHODS = ("minmax", "percentile", "entropy")
 INT8_MAX = 127
+UINT8_LEVELS = 255  # uint8 steps between the range's ends
 ENTROPY_BINS = 2048
 ENTROPY_LEVELS = 128
 # |x| values kept per activation over all samples for percentile/entropy (a seeded subsample beyond it)
@@ -94,22 +99,38 @@ def file_inputs(sigs: list[InputSig], files: list[Path]) -> list[dict[str, np.nd
 
 @dataclass
 class ActivationStats:
-    """Running statistics of one observed activation: max |x| and a bounded sample of |x|."""
+    """Running statistics of one observed activation: its min, max, max |x| and a bounded sample of x."""
 
     amax: float = 0.0
+    lo: float = 0.0
+    hi: float = 0.0
     chunks: list[np.ndarray] = field(default_factory=list)
 
     def add(self, array: np.ndarray, keep: int, rng: np.random.Generator) -> None:
-        values = np.abs(np.asarray(array, dtype=np.float32).ravel())
+        values = np.asarray(array, dtype=np.float32).ravel()
         if values.size == 0:
             return
-        self.amax = max(self.amax, float(values.max()))
+        self.lo, self.hi = min(self.lo, float(values.min())), max(self.hi, float(values.max()))
+        self.amax = max(-self.lo, self.hi)
         if values.size > keep:
             values = rng.choice(values, size=keep, replace=False)
         self.chunks.append(values)
 
-    def values(self) -> np.ndarray:
+    def signed_values(self) -> np.ndarray:
         return np.concatenate(self.chunks) if self.chunks else np.zeros(0, np.float32)
+
+    def values(self) -> np.ndarray:
+        """The sample of |x| the thresholds are computed on."""
+        return np.abs(self.signed_values())
+
+
+@dataclass(frozen=True)
+class ActivationQuant:
+    """How one activation is quantized: q = round(x / scale) + zero_point, in `dtype`."""
+
+    scale: float
+    zero_point: int = 0
+    dtype: str = "int8"
 
 
 def _smooth(p: np.ndarray, eps: float = 1e-4) -> np.ndarray:
@@ -179,6 +200,24 @@ def threshold(stats: ActivationStats, method: str, percentile: float = 99.99) ->
 def scale_of(threshold_value: float) -> float:
     """Symmetric int8 scale for a threshold; an all-zero activation gets scale 1 (it quantizes to 0 anyway)."""
     return threshold_value / INT8_MAX if threshold_value > 0 else 1.0
+
+
+def activation_quant(stats: ActivationStats, method: str, percentile: float = 99.99,
+                     asymmetric: bool = False) -> ActivationQuant:
+    """Symmetric int8 (zero point 0) or asymmetric uint8 parameters for one activation (module docstring)."""
+    limit = threshold(stats, method, percentile)
+    if not asymmetric:
+        return ActivationQuant(scale_of(limit))
+    if method == "percentile" and stats.chunks:
+        signed = stats.signed_values()
+        lo, hi = float(np.percentile(signed, 100 - percentile)), float(np.percentile(signed, percentile))
+    else:
+        lo, hi = max(stats.lo, -limit), min(stats.hi, limit)
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    if hi - lo <= 0:
+        return ActivationQuant(1.0, 0, "uint8")
+    scale = (hi - lo) / UINT8_LEVELS
+    return ActivationQuant(scale, int(np.clip(round(-lo / scale), 0, UINT8_LEVELS)), "uint8")
 
 
 def collect(run: "callable", inputs: list[dict[str, np.ndarray]], observed: int, n_outputs: int,

@@ -9,7 +9,10 @@ dequantize(int8 weight) and computes in fp32. Here every such conv2d/matmul beco
     q_y   = quantize(y, next_scale)                              # the next int8 op's input, if any
 
 so after `fuse` the epilogue (scale, bias, activation, and the next op's requantization) runs in the
-integer kernel's loop nest and no dequantize is left between two int8 ops. The bias stays fp32, added
+integer kernel's loop nest and no dequantize is left between two int8 ops. An asymmetric (uint8,
+zero point z) activation multiplies as it is, u8 x s8 (VNNI's operand types), and the zero point is
+taken off the sum: acc - z * sum(w[c]) per output channel, exact because a padded conv input is padded
+with z (an explicit pad before the conv) rather than with 0. The bias stays fp32, added
 after scaling: that equals an int32 bias of scale x_scale*w_scale without rounding the bias to it.
 Where the consumer is fp32 (a pool, the graph output), `y` simply stays fp32.
 
@@ -73,11 +76,13 @@ class _Int8Lowering(PyExprMutator):
         if call.op.name not in (_CONV2D, _MATMUL):
             return "no int8 lowering for this op (kept as fake quantization in fp32)"
         w_int8, w_zero, x_zero = _const(weight.args[0]), _const(weight.args[2]), _const(act.args[2])
-        x_scale = _const(act.args[1])
-        if w_int8 is None or w_int8.dtype != np.int8 or str(act.args[0].ty.dtype) != "int8":
-            return "operands are not int8 (activation) and an int8 constant (weight)"
-        if x_scale is None or x_scale.size != 1 or x_zero is None or np.any(x_zero) or w_zero is None or np.any(w_zero):
-            return "needs a constant per-tensor activation scale and zero points 0 (symmetric)"
+        x_scale, x_dtype = _const(act.args[1]), str(act.args[0].ty.dtype)
+        if w_int8 is None or w_int8.dtype != np.int8 or x_dtype not in ("int8", "uint8"):
+            return "operands are not int8/uint8 (activation) and an int8 constant (weight)"
+        if x_scale is None or x_scale.size != 1 or x_zero is None or x_zero.size != 1 or w_zero is None or np.any(w_zero):
+            return "needs a constant per-tensor activation scale and zero point, and symmetric weights"
+        if x_dtype == "int8" and np.any(x_zero):
+            return "int8 activation with a nonzero zero point"
         if call.op.name == _MATMUL and w_int8.ndim != 2:
             return f"batched weight of rank {w_int8.ndim} (int8 matmul takes a 2-D [K, N] weight)"
         if call.op.name == _CONV2D and not _plain_layouts(call.attrs):
@@ -86,23 +91,40 @@ class _Int8Lowering(PyExprMutator):
 
     def _integer(self, call: relax.Call, act: relax.Call, weight: relax.Call) -> relax.Expr:
         q_x, w_int8 = act.args[0], weight.args[0]
+        w = _const(w_int8)
+        zero = int(_const(act.args[2]).reshape(()))
         if call.op.name == _MATMUL:
             acc = relax.op.matmul(q_x, w_int8, out_dtype="int32")
+            weight_sums = w.astype(np.int64).sum(axis=0)  # [K, N] -> per output column
         else:
             a = call.attrs
-            acc = relax.op.nn.conv2d(q_x, w_int8, a.strides, a.padding, a.dilation, a.groups, a.data_layout,
+            padding = [int(p) for p in a.padding]
+            if zero and any(padding):
+                q_x = self.builder_.emit(relax.op.nn.pad(q_x, _pad_width(str(a.data_layout), padding), pad_value=zero))
+                padding = [0, 0, 0, 0]
+            acc = relax.op.nn.conv2d(q_x, w_int8, a.strides, padding, a.dilation, a.groups, a.data_layout,
                                      a.kernel_layout, a.out_layout, out_dtype="int32")
+            out_axis = str(a.kernel_layout).index("O")
+            weight_sums = w.astype(np.int64).sum(axis=tuple(i for i in range(w.ndim) if i != out_axis))
         acc = self.builder_.emit(acc)
         out_ndim = len(acc.ty.shape)
         channel = out_ndim - 1 if call.op.name == _MATMUL else str(call.attrs.out_layout or call.attrs.data_layout).index("C")
         shape = [1] * out_ndim
         shape[channel] = -1
+        if zero:  # sum((q - z) * w) = sum(q * w) - z * sum(w)
+            acc = self.builder_.emit(relax.op.subtract(acc, relax.const((zero * weight_sums).astype(np.int32).reshape(shape))))
         scale = (_const(act.args[1]).astype(np.float64) * _const(weight.args[1]).astype(np.float64)).astype(np.float32)
         y = self.builder_.emit(relax.op.astype(acc, "float32"))
         return relax.op.multiply(y, relax.const(scale.reshape(shape)))
 
     def run(self) -> tvm.IRModule:
         return relax.transform.DeadCodeElimination()(rewrite_functions(self, self.mod_))
+
+
+def _pad_width(layout: str, padding: list[int]) -> list[int]:
+    """relax.nn.pad's flat (before, after) per axis for conv2d padding [top, left, bottom, right] in `layout`."""
+    widths = {"H": (padding[0], padding[2]), "W": (padding[1], padding[3])}
+    return [w for axis in layout for w in widths.get(axis, (0, 0))]
 
 
 def _plain_layouts(attrs) -> bool:

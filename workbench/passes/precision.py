@@ -171,7 +171,10 @@ QUANT_OPS = {"conv2d": "relax.nn.conv2d", "conv1d": "relax.nn.conv1d", "matmul":
 
 class QuantizeParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    dtype: Literal["int8"] = Field(default="int8", description="quantized dtype (symmetric, zero point 0)")
+    dtype: Literal["int8"] = Field(default="int8", description="quantized weight dtype (per channel, symmetric)")
+    activations: Literal["symmetric", "asymmetric"] = Field(
+        default="symmetric", description="symmetric: int8, zero point 0; asymmetric: uint8 over the calibrated "
+                                         "[min, max] with a zero point (ONNX Runtime's default)")
     calibration: Literal["minmax", "percentile", "entropy"] = Field(
         default="minmax", description="activation range: max |x|, a percentile of |x|, or KL-divergence (TensorRT)")
     percentile: float = Field(default=99.99, gt=0.0, le=100.0, description="percentile of |x| (calibration=percentile)")
@@ -269,11 +272,12 @@ class _QDQ(PyExprMutator):
     """Observe mode: emit every selected call's activation as an output var (for calibration).
     Rewrite mode: activation -> quantize/dequantize(act scale); weight -> dequantize(int8 constant)."""
 
-    def __init__(self, mod: tvm.IRModule, op_names: set[str], act_scales: list[float] | None = None):
+    def __init__(self, mod: tvm.IRModule, op_names: set[str],
+                 act_quants: list[calibration.ActivationQuant] | None = None):
         super().__init__(mod)
         self.mod_ = mod
         self.selector = _Selector(op_names, self.lookup_binding)
-        self.act_scales = act_scales
+        self.act_quants = act_quants
         self.observed: list[relax.Var] = []
         self.count = 0
 
@@ -284,14 +288,15 @@ class _QDQ(PyExprMutator):
             return call
         index, self.count = self.count, self.count + 1
         act = call.args[0]
-        if self.act_scales is None:
+        if self.act_quants is None:
             emit = self.builder_.emit_output if self.builder_.current_block_is_dataflow() else self.builder_.emit
             self.observed.append(emit(act, f"calib{index}"))
             return call
         weight, axis = selected
-        scale = relax.const(np.float32(self.act_scales[index]))
-        zero = relax.const(np.int8(0))
-        q = self.builder_.emit(relax.op.quantize(act, scale, zero, axis=-1, out_dtype="int8"))
+        quant = self.act_quants[index]
+        scale = relax.const(np.float32(quant.scale))
+        zero = relax.const(np.dtype(quant.dtype).type(quant.zero_point))
+        q = self.builder_.emit(relax.op.quantize(act, scale, zero, axis=-1, out_dtype=quant.dtype))
         dq = self.builder_.emit(relax.op.dequantize(q, scale, zero, axis=-1, out_dtype="float32"))
         w_int8, w_scale = _quantize_weight(weight, axis)
         w_dq = self.builder_.emit(relax.op.dequantize(
@@ -344,8 +349,8 @@ def _input_sigs(mod: tvm.IRModule) -> list[calibration.InputSig]:
     return sigs
 
 
-def calibrate(mod: tvm.IRModule, params: QuantizeParams) -> list[float]:
-    """Run the float module on the calibration inputs; one activation scale per selected call, in order."""
+def calibrate(mod: tvm.IRModule, params: QuantizeParams) -> list[calibration.ActivationQuant]:
+    """Run the float module on the calibration inputs; one activation's quantization per selected call, in order."""
     op_names = {QUANT_OPS[o] for o in params.ops}
     observed_mod, n_outputs, observed = _observable(mod, op_names)
     if observed == 0:
@@ -364,17 +369,18 @@ def calibrate(mod: tvm.IRModule, params: QuantizeParams) -> list[float]:
         return [t.numpy() for t in result]
 
     stats = calibration.collect(run, inputs, observed, n_outputs, seed=params.seed)
-    return [calibration.scale_of(calibration.threshold(s, params.calibration, params.percentile)) for s in stats]
+    return [calibration.activation_quant(s, params.calibration, params.percentile, params.activations == "asymmetric")
+            for s in stats]
 
 
 @register("quantize", "precision", QuantizeParams)
 def quantize(params: QuantizeParams) -> tvm.transform.Pass:
-    """INT8 calibration + Q/DQ annotation: symmetric per-tensor activations, per-channel int8 weights."""
+    """INT8 calibration + Q/DQ annotation: per-tensor activations (int8, or asymmetric uint8), per-channel int8 weights."""
     op_names = {QUANT_OPS[o] for o in params.ops}
 
     def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        scales = calibrate(mod, params)
-        mod = _QDQ(mod, op_names, scales).run()
+        quants = calibrate(mod, params)
+        mod = _QDQ(mod, op_names, quants).run()
         mod = relax.transform.DeadCodeElimination()(mod)  # drops the folded weights' float permute_dims
         if params.execute == "int8":
             mod, lowered, kept = lower_int8(mod)
