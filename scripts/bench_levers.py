@@ -1,6 +1,6 @@
 """Benchmark: what each CPU lever buys on its own, measured side by side in one process.
 
-    python scripts/bench_levers.py [quickstart|rapidocr_det] [--repeat 20] [--rounds 3] [--json out.json]
+    python scripts/bench_levers.py [quickstart|transformer_block|rapidocr_det] [--repeat 20] [--rounds 3] [--json out.json]
 
 Each variant is the config with a few keys overridden (pipeline, target.mcpu, tuning.*). Variants
 that need a database of their own are tuned first into runs/levers/<config>/<variant>/ (resumed if
@@ -58,16 +58,25 @@ VARIANTS: dict[str, list[Variant]] = {
         Variant("tuned NHWC 16/kernel + weight pre-packing",
                 ["tuning.trials_per_task=16", "tuning.trials=176", "tuning.layout_rewrite=true"], tune_here=True),
         Variant("tuned NHWC first 32/kernel", first=32),
-        Variant("tuned NHWC 64/kernel (committed)"),
-        Variant("tuned NHWC 64/kernel, compiled for generic x86-64", ["target.mcpu=generic"]),
+        Variant("tuned NHWC first 64/kernel", first=64),
+        Variant("tuned NHWC 128/kernel (committed)"),
+        Variant("tuned NHWC 128/kernel, compiled for generic x86-64", ["target.mcpu=generic"]),
+    ],
+    "transformer_block": [
+        Variant("untuned, exact erf and softmax", ["pipeline=fold_constant,fuse,dce", UNTUNED]),
+        Variant("untuned, fast_math", [UNTUNED]),
+        Variant("tuned, exact erf and softmax (no fast_math)", ["pipeline=fold_constant,fuse,dce"]),
+        Variant("tuned fast_math, first 16/kernel", first=16),
+        Variant("tuned fast_math, 48/kernel (committed)"),
     ],
     "rapidocr_det": [
         Variant("untuned, no fold_batchnorm, generic x86-64",
                 ["pipeline=fold_constant,fuse,dce", UNTUNED, "target.mcpu=generic"]),
         Variant("untuned, host CPU", [UNTUNED]),
-        Variant("tuned first 8/kernel", first=8),
-        Variant("tuned 16/kernel (committed)"),
-        Variant("tuned 16/kernel, compiled for generic x86-64", ["target.mcpu=generic"]),
+        Variant("tuned first 16/kernel", first=16),
+        Variant("tuned 32/kernel, conv2d_transpose kept (no conv_transpose_as_conv)",
+                ["pipeline=fold_constant,fold_batchnorm,fuse,dce"]),
+        Variant("tuned 32/kernel (committed)"),
     ],
 }
 
