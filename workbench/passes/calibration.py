@@ -205,13 +205,13 @@ def scale_of(threshold_value: float) -> float:
 def activation_quant(stats: ActivationStats, method: str, percentile: float = 99.99,
                      asymmetric: bool = False) -> ActivationQuant:
     """Symmetric int8 (zero point 0) or asymmetric uint8 parameters for one activation (module docstring)."""
-    limit = threshold(stats, method, percentile)
     if not asymmetric:
-        return ActivationQuant(scale_of(limit))
+        return ActivationQuant(scale_of(threshold(stats, method, percentile)))
     if method == "percentile" and stats.chunks:
         signed = stats.signed_values()
         lo, hi = float(np.percentile(signed, 100 - percentile)), float(np.percentile(signed, percentile))
     else:
+        limit = threshold(stats, method, percentile)
         lo, hi = max(stats.lo, -limit), min(stats.hi, limit)
     lo, hi = min(lo, 0.0), max(hi, 0.0)
     if hi - lo <= 0:
