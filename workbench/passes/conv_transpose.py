@@ -36,7 +36,7 @@ def _why_not(call: relax.Call) -> str | None:
         return "weight is not a constant"
     if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "IOHW" or str(a.out_layout or "NCHW") != "NCHW":
         return f"layout {a.data_layout}/{a.kernel_layout} (needs NCHW/IOHW)"
-    kernel = [int(d) for d in weight.value.shape[2:]]
+    kernel = _ints(weight.value.shape[2:])
     if (_ints(a.strides) != kernel or any(_ints(a.padding)) or any(_ints(a.output_padding))
             or _ints(a.dilation) != [1, 1] or int(a.groups) != 1):
         return (f"kernel {kernel}, strides {_ints(a.strides)}, padding {_ints(a.padding)}, groups {int(a.groups)} "
