@@ -27,6 +27,7 @@ from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.relax.backend.cuda import pipeline as cuda_backend
 
+from workbench.compile import x86_int8  # noqa: F401 - registers the VNNI dot product tuned int8 schedules replay
 from workbench.passes.cuda_graph import CUDA_GRAPH_ATTR
 from workbench.passes.pipeline import count_kernels
 

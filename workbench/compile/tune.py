@@ -18,6 +18,8 @@ Choices that are not MetaSchedule's defaults, and why:
   The builder's `f_build` is `workbench_build`, which skips it; and kernels without low-precision
   buffers get the plain rules of their target kind (llvm, cuda) instead of the VNNI/AVX-512 or
   tensor-core ones MetaSchedule picks for CPUs and GPUs that have them, so their contexts need no import.
+  The int8 path's u8 x s8 kernels on a VNNI CPU get those llvm rules plus a tiling that tensorizes with
+  the workbench's own VNNI dot product (`vnni_space`), again without the import.
 - JSONDatabase appends each record as its batch is measured, so a kill loses only the batch being
   measured (a record line cut short is dropped when the database is opened again); Ctrl-C lets that
   batch finish first (a second Ctrl-C stops at once).
@@ -47,8 +49,10 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from workbench.atomic import atomic_write_json
 from workbench.compile.build import legalized
 from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE
+from workbench.compile.x86_int8 import VNNI_DOT_16x4
 from workbench.config import TuningConfig
 from workbench.errors import UserError
+from workbench.passes.int8_vnni import vnni_target
 
 MS_LOGGER = "tvm.s_tir.meta_schedule"
 FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed build or run as (about) 1e10 seconds
@@ -269,13 +273,38 @@ def _low_precision(task: ms.ExtractedTask) -> bool:
     return any(f'"{dtype}"' in text for dtype in ("float16", "bfloat16", "int8", "uint8"))
 
 
+def _vnni_kernel(task: ms.ExtractedTask) -> bool:
+    """A u8 x s8 kernel (the int8 path's, passes/int8_vnni.py) on an x86 CPU with AVX-512 VNNI."""
+    text = task.dispatched[0].script()
+    return '"uint8"' in text and '"int8"' in text and vnni_target(task.target)
+
+
+def vnni_space() -> ms.space_generator.PostOrderApply:
+    """MetaSchedule's own VNNI rules (its "vnni" kind: the llvm rules with a VNNI-tensorizing tiling first and
+    RewriteTensorize) with the workbench's dot product: TVM's `dot_16x4_vnni` fails LLVM verification
+    (compile/x86_int8.py). The int8 path's VNNI conv kernel maps whole; a block the intrinsic cannot map (an NCHW
+    int8 conv, whose innermost input index is a spatial sum) falls through to the plain tiling."""
+    rules = list(ms.schedule_rule.ScheduleRule.create("llvm"))
+    tiling = next(i for i, rule in enumerate(rules) if isinstance(rule, ms.schedule_rule.MultiLevelTiling))
+    rules.insert(tiling, ms.schedule_rule.MultiLevelTilingWithIntrin(
+        VNNI_DOT_16x4, structure="SSRSRS", max_innermost_factor=64,
+        reuse_write=ms.schedule_rule.ReuseType(req="may", levels=[1, 2], scope="global")))
+    postprocs = list(ms.postproc.Postproc.create("llvm"))
+    layout = next(i for i, post in enumerate(postprocs) if isinstance(post, ms.postproc.RewriteLayout))
+    postprocs.insert(layout, ms.postproc.RewriteTensorize(vectorize_init_loop=True))
+    return ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=postprocs, mutator_probs="llvm")
+
+
 def _space_generator(task: ms.ExtractedTask) -> ms.space_generator.SpaceGenerator | str:
     """Kernels that cannot use tensor intrinsics (no fp16/bf16/int8 buffers) get the plain rules of their target
     kind. MetaSchedule would pick tensor-core rules for CUDA sm_70+ and VNNI/AVX-512 rules for x86 CPUs that
-    have them: they help only low-precision kernels and need the ~50 s `tvm.s_tir.tensor_intrin` import."""
+    have them: they help only low-precision kernels and need the ~50 s `tvm.s_tir.tensor_intrin` import.
+    u8 x s8 kernels on a VNNI CPU get `vnni_space` (the workbench's own intrinsic, no import)."""
     kind = task.target.kind.name
     if kind in ("cuda", "llvm") and not _low_precision(task):
         return ms.space_generator.PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs=kind)
+    if _vnni_kernel(task):
+        return vnni_space()
     return "post-order-apply"
 
 

@@ -16,6 +16,11 @@ with z (an explicit pad before the conv) rather than with 0. The bias stays fp32
 after scaling: that equals an int32 bias of scale x_scale*w_scale without rounding the bias to it.
 Where the consumer is fp32 (a pool, the graph output), `y` simply stays fp32.
 
+When the target CPU has AVX-512 VNNI, an ungrouped NHWC conv is emitted as the workbench's own kernel instead
+(int8_vnni.py: pre-packed weight, u8 x s8, the layout `vpdpbusd` reads; symmetric int8 activations are shifted
+to uint8, zero point 128), which MetaSchedule tensorizes. NCHW convs there keep relax conv2d, and the pass says
+that convert_layout(conv2d=NHWC) before quantize would reach the dot product.
+
 An annotated op this path cannot run in integers keeps its Q/DQ pair (fake quantization, fp32 kernel);
 the pass records which ones and why in its pipeline record (`analysis.int8.kept_fp32`) and logs it.
 """
@@ -29,6 +34,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from workbench.passes.int8_vnni import emit_conv2d, vnni_target
 from workbench.passes.rewrite import rewrite_functions
 
 log = logging.getLogger("workbench.int8")
@@ -50,6 +56,9 @@ class _Int8Lowering(PyExprMutator):
         self.dequantize = tvm.ir.Op.get("relax.dequantize")
         self.lowered: dict[str, int] = {}
         self.kept: list[str] = []
+        self.vnni_cpu = vnni_target(tvm.target.Target.current(allow_none=True))
+        self.vnni = 0  # convs lowered to the VNNI kernel
+        self.not_nhwc = 0  # convs on a VNNI CPU that would take it in NHWC
 
     def _dequantized(self, expr: relax.Expr) -> relax.Call | None:
         bound = self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
@@ -98,15 +107,23 @@ class _Int8Lowering(PyExprMutator):
             weight_sums = w.astype(np.int64).sum(axis=0)  # [K, N] -> per output column
         else:
             a = call.attrs
-            padding = [int(p) for p in a.padding]
-            if zero and any(padding):
-                q_x = self.builder_.emit(relax.op.nn.pad(q_x, _pad_width(str(a.data_layout), padding), pad_value=zero))
-                padding = [0, 0, 0, 0]
-            acc = relax.op.nn.conv2d(q_x, w_int8, a.strides, padding, a.dilation, a.groups, a.data_layout,
-                                     a.kernel_layout, a.out_layout, out_dtype="int32")
             out_axis = str(a.kernel_layout).index("O")
             weight_sums = w.astype(np.int64).sum(axis=tuple(i for i in range(w.ndim) if i != out_axis))
-        acc = self.builder_.emit(acc)
+            if self._vnni_conv(a):
+                q_x, zero = self._as_uint8(q_x, zero)
+                w_ohwi = w.transpose([str(a.kernel_layout).index(axis) for axis in "OHWI"])
+                acc = emit_conv2d(self.builder_, q_x, w_ohwi, a.strides, a.padding, a.dilation, zero)
+                self.vnni += 1
+            else:
+                padding = [int(p) for p in a.padding]
+                if zero and any(padding):
+                    q_x = self.builder_.emit(relax.op.nn.pad(q_x, _pad_width(str(a.data_layout), padding),
+                                                             pad_value=zero))
+                    padding = [0, 0, 0, 0]
+                acc = relax.op.nn.conv2d(q_x, w_int8, a.strides, padding, a.dilation, a.groups, a.data_layout,
+                                         a.kernel_layout, a.out_layout, out_dtype="int32")
+        if not isinstance(acc, relax.Var):  # the VNNI kernel's call is bound already
+            acc = self.builder_.emit(acc)
         out_ndim = len(acc.ty.shape)
         channel = out_ndim - 1 if call.op.name == _MATMUL else str(call.attrs.out_layout or call.attrs.data_layout).index("C")
         shape = [1] * out_ndim
@@ -116,6 +133,23 @@ class _Int8Lowering(PyExprMutator):
         scale = (_const(act.args[1]).astype(np.float64) * _const(weight.args[1]).astype(np.float64)).astype(np.float32)
         y = self.builder_.emit(relax.op.astype(acc, "float32"))
         return relax.op.multiply(y, relax.const(scale.reshape(shape)))
+
+    def _vnni_conv(self, attrs) -> bool:
+        """Does this conv get the VNNI kernel (int8_vnni.py)? On a VNNI CPU, an ungrouped NHWC conv does; an NCHW
+        one is counted, so the pass can say how to reach it."""
+        if not self.vnni_cpu or int(attrs.groups) != 1:
+            return False
+        if str(attrs.data_layout) == "NHWC" and str(attrs.out_layout or attrs.data_layout) == "NHWC":
+            return True
+        self.not_nhwc += 1
+        return False
+
+    def _as_uint8(self, q_x: relax.Expr, zero: int) -> tuple[relax.Expr, int]:
+        """VNNI multiplies uint8 activations: an int8 one is shifted by 128 (its zero point becomes 128)."""
+        if str(q_x.ty.dtype) == "uint8":
+            return q_x, zero
+        wide = relax.op.add(relax.op.astype(q_x, "int16"), relax.const(128, "int16"))
+        return self.builder_.emit(relax.op.astype(wide, "uint8")), zero + 128
 
     def run(self) -> tvm.IRModule:
         return relax.transform.DeadCodeElimination()(rewrite_functions(self, self.mod_))
@@ -132,10 +166,14 @@ def _plain_layouts(attrs) -> bool:
         and str(attrs.out_layout or attrs.data_layout) in ("NCHW", "NHWC")
 
 
-def lower_int8(mod: tvm.IRModule) -> tuple[tvm.IRModule, dict[str, int], list[str]]:
-    """(module with int8 kernels, lowered calls by op, one line per op kept in fp32 with the reason)."""
+def lower_int8(mod: tvm.IRModule) -> tuple[tvm.IRModule, dict]:
+    """(module with int8 kernels, its record: lowered calls by op, convs on the VNNI kernel, one line per op kept
+    in fp32 with the reason)."""
     lowering = _Int8Lowering(mod)
     out = lowering.run()
     for line in lowering.kept:
         log.warning("int8: %s", line)
-    return out, lowering.lowered, lowering.kept
+    if lowering.not_nhwc:
+        log.warning("int8: %d NCHW conv2d on this VNNI CPU use no dot-product instructions: run "
+                    "convert_layout(conv2d=NHWC) before quantize", lowering.not_nhwc)
+    return out, {"lowered": lowering.lowered, "vnni": lowering.vnni, "kept_fp32": lowering.kept}

@@ -383,8 +383,8 @@ def quantize(params: QuantizeParams) -> tvm.transform.Pass:
         mod = _QDQ(mod, op_names, quants).run()
         mod = relax.transform.DeadCodeElimination()(mod)  # drops the folded weights' float permute_dims
         if params.execute == "int8":
-            mod, lowered, kept = lower_int8(mod)
-            report_analysis(int8={"lowered": lowered, "kept_fp32": kept})
+            mod, record = lower_int8(mod)
+            report_analysis(int8=record)
         return mod
 
     return tvm.transform.module_pass(run, opt_level=0, name="quantize")

@@ -1,0 +1,109 @@
+"""The int8 path's VNNI conv kernel (passes/int8_vnni.py): chosen for NHWC convs when the target CPU has AVX-512
+VNNI, exact against the relax conv2d int8 path, and tensorized with `vpdpbusd` by MetaSchedule: in its search
+space (compiled for cascadelake, on any x86 host) and in a tuned build (run only on a VNNI host, where the
+candidates can be measured)."""
+
+import logging
+import platform
+import re
+
+import numpy as np
+import pytest
+import tvm
+from tvm.s_tir import meta_schedule as ms
+
+from workbench.compile.build import build_lowered
+from workbench.compile.targets import make_target
+from workbench.compile.tune import extract_tasks, tune_context, tune_tasks, tuning_module
+from workbench.config import TargetConfig, TuningConfig
+from workbench.measure.runners import tvm_runner
+from workbench.models import zoo
+from workbench.passes.int8_vnni import KERNEL_NAME, pack_weight, vnni_target
+from workbench.passes.pipeline import run_pipeline
+from workbench.passes.pipeline_spec import parse_text
+
+from test_int8 import param_dtypes, primfuncs
+from test_int8_codegen import asm, instructions
+from test_precision import eval_inputs, infer
+
+CASCADELAKE = tvm.target.Target({"kind": "llvm", "mcpu": "cascadelake"})  # AVX-512 VNNI
+HASWELL = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})  # AVX2, no VNNI
+HOST = make_target(TargetConfig())
+NHWC_INT8 = "fold_batchnorm,convert_layout(conv2d=NHWC:OHWI),quantize(activations={},execute=int8),fuse"
+x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 assembly")
+
+
+def lowered(zoo_relax, target: tvm.target.Target, activations: str = "asymmetric"):
+    """convnet_small through the NHWC int8 pipeline, lowered for `target`: (module, the quantize step's record)."""
+    module, records = run_pipeline(zoo_relax("convnet_small")[1], parse_text(NHWC_INT8.format(activations)), target)
+    return module, records[2].analysis["int8"]
+
+
+def test_weights_are_packed_16_output_by_4_input_channels_with_zero_padding():
+    w = np.random.default_rng(0).integers(-128, 128, (24, 3, 3, 5), dtype=np.int8)  # OHWI, O and C not multiples
+    packed = pack_weight(w)
+    assert packed.shape == (2, 3, 3, 2, 16, 4)
+    o, kh, kw, c = np.meshgrid(*map(np.arange, w.shape), indexing="ij")
+    assert np.array_equal(packed[o // 16, kh, kw, c // 4, o % 16, c % 4], w)
+    assert np.count_nonzero(packed) == np.count_nonzero(w)  # the padding holds zero weights only
+
+
+@pytest.mark.parametrize("activations", ["asymmetric", "symmetric"])
+def test_vnni_cpus_get_the_vnni_kernel_and_the_same_outputs(zoo_relax, llvm, activations):
+    vnni, record = lowered(zoo_relax, CASCADELAKE, activations)
+    plain, plain_record = lowered(zoo_relax, HASWELL, activations)
+    assert record["vnni"] == 6 and plain_record["vnni"] == 0
+    assert record["lowered"] == plain_record["lowered"] == {"relax.nn.conv2d": 6, "relax.matmul": 1}
+    kernels = primfuncs(vnni)
+    convs = {name: f for name, f in kernels.items() if KERNEL_NAME in name}
+    assert len(convs) == 6 and not [name for name in kernels if "conv2d" in name and KERNEL_NAME not in name]
+    for name, func in convs.items():  # u8 data x the packed s8 weight, the epilogue fused (nothing dequantized)
+        assert param_dtypes(func)[:2] == ["uint8", "int8"], name
+        assert "_cast" in name and "dequantize" not in name, name
+    assert not [name for name in primfuncs(plain) if KERNEL_NAME in name]
+    # integer sums are exact and the epilogue is the same, so the outputs are equal bit for bit (symmetric int8
+    # activations are shifted to uint8 and 128 x sum(w) taken off); untuned, the kernel runs on any x86 CPU
+    inputs = eval_inputs(zoo.default_inputs("convnet_small"))
+    for got, want in zip(infer(vnni, inputs, llvm), infer(plain, inputs, llvm)):
+        assert np.array_equal(got, want)
+
+
+def test_nchw_convs_on_a_vnni_cpu_keep_relax_conv2d_and_say_how_to_reach_vnni(zoo_relax, caplog):
+    with caplog.at_level(logging.WARNING, logger="workbench.int8"):
+        _, records = run_pipeline(zoo_relax("convnet_small")[1], parse_text("fold_batchnorm,quantize(execute=int8)"),
+                                  CASCADELAKE)
+    assert records[1].analysis["int8"]["vnni"] == 0
+    assert "6 NCHW conv2d" in caplog.text and "convert_layout(conv2d=NHWC) before quantize" in caplog.text
+
+
+@x86
+def test_the_vnni_search_space_tensorizes_with_vpdpbusd(zoo_relax):
+    """Every design space MetaSchedule draws for the kernel, post-processed as tuning does, compiles to VNNI code."""
+    module, _ = lowered(zoo_relax, CASCADELAKE)
+    task = next(t for t in extract_tasks(tuning_module(module, CASCADELAKE), CASCADELAKE) if KERNEL_NAME in t.task_name)
+    context = tune_context(task, num_cores=1, search_strategy="replay-trace", rand_state=0)
+    spaces = context.generate_design_space()
+    assert spaces
+    for schedule in spaces:
+        assert all(postproc.apply(schedule) for postproc in context.space_generator.postprocs)
+        assert "tensorize" in str(schedule.trace)
+        assert instructions(tvm.compile(schedule.mod, CASCADELAKE).mod.inspect_source("asm"), "vpdpbusd")["vpdpbusd"]
+
+
+@pytest.mark.skipif(not vnni_target(HOST), reason=f"measuring VNNI candidates needs an AVX-512 VNNI CPU; this host is "
+                                                  f"{HOST.attrs.get('mcpu', 'generic')}")
+def test_tuned_int8_build_runs_vpdpbusd_on_this_cpu(zoo_relax, tmp_path):
+    module, _ = lowered(zoo_relax, HOST)
+    tasks = [t for t in extract_tasks(tuning_module(module, HOST), HOST) if KERNEL_NAME in t.task_name][:1]
+    config = TuningConfig(trials=4, trials_per_task=4, trials_per_iter=4, cost_model="random")
+    (result,) = tune_tasks(tasks, HOST, config, tmp_path / "db", tmp_path / "logs")
+    assert result.trials_run == 4 and result.best_us is not None
+    tuned = build_lowered(module, HOST, ms.database.JSONDatabase(work_dir=str(tmp_path / "db")))
+    assert tasks[0].task_name in tuned.tuning["covered"]
+    untuned = build_lowered(module, HOST)
+    count = instructions(asm(tuned.executable), "vpdpbusd")["vpdpbusd"]
+    assert count > instructions(asm(untuned.executable), "vpdpbusd")["vpdpbusd"]
+    inputs = eval_inputs(zoo.default_inputs("convnet_small"))
+    outputs = [tvm_runner(label, built, inputs, HOST).infer() for label, built in (("tuned", tuned), ("untuned", untuned))]
+    for got, want in zip(*outputs):  # the schedule changes the order of integer sums only
+        assert np.array_equal(got, want)
