@@ -11,7 +11,8 @@ row apart). On such CPUs the int8 lowering emits this kernel for NHWC convs inst
     out     NHWC int32 [N, OH, OW, O rounded up to 16], channels past O sliced off
 
 Its iterators are already split (o = 16 oo + oi, c = 4 co + ci), so MetaSchedule's tiling with the
-intrinsic maps whole blocks; untuned, it is a plain loop nest any x86 CPU runs.
+intrinsic maps whole blocks; a build for a VNNI CPU gives an untuned one a fixed tensorized schedule
+(compile/x86_int8.py); for any other CPU it is a plain loop nest.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tvm.target.codegen import target_has_features
 LANES, GROUP = 16, 4  # vpdpbusd: 16 int32 sums of 4 byte products each
 OUT_EWISE_FUSABLE = 4  # relax's OpPatternKind: an epilogue of elementwise ops fuses into the kernel
 KERNEL_NAME = "conv2d_nhwc_u8s8_vnni"
+KERNEL_MARK = "workbench.kernel"  # the conv block's annotation, so a build finds it in a fused kernel
 
 
 def vnni_target(target: tvm.target.Target | None) -> bool:
@@ -61,7 +63,8 @@ def conv2d_kernel(data_shape: tuple[int, ...], packed_shape: tuple[int, ...], st
     rco, rci = te.reduce_axis(_int64((0, co)), "rco"), te.reduce_axis(_int64((0, GROUP)), "rci")
     acc = te.compute(_int64((n, out_h, out_w, oo, LANES)), lambda b, y, x, o_out, o_in: te.sum(
         data[b, y * sh + rh * dh, x * sw + rw * dw, rco * GROUP + rci].astype("int32")
-        * weight[o_out, rh, rw, rco, o_in, rci].astype("int32"), axis=[rh, rw, rco, rci]), name="conv")
+        * weight[o_out, rh, rw, rco, o_in, rci].astype("int32"), axis=[rh, rw, rco, rci]), name="conv",
+        attrs={KERNEL_MARK: KERNEL_NAME})
     sch = s_tir.Schedule(te.create_prim_func([data, weight, acc]))
     # one NHWC output buffer, written 16 channels at a time: the block keeps its split iterators
     sch.transform_layout(sch.get_sblock("conv"), ("write", 0), lambda b, y, x, o_out, o_in: (b, y, x, o_out * LANES + o_in))
