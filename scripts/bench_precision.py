@@ -3,8 +3,9 @@
 For each model every variant is built (llvm, this host) and timed by the same loop on the same inputs:
 
 - `fp32 workbench`  fold_constant,fold_batchnorm,fuse,dce
-- `int8 workbench`  the model's int8 config (configs/<model>_int8.yaml: quantize(execute=int8), integer kernels),
-                    once with symmetric int8 activations and once with asymmetric uint8 ones (`activations`)
+- `int8 workbench`  the model's int8 config (configs/<model>_int8.yaml: NHWC, quantize(execute=int8), integer
+                    kernels; on a VNNI CPU the convs' VNNI kernel, noted per row), once with symmetric int8
+                    activations and once with asymmetric uint8 ones (`activations`)
 - `fp16 workbench`  fold_constant,fp16,fuse,dce (rapidocr models)
 - `ort_int8`        ONNX Runtime's static QDQ quantization on the same calibration inputs (workbench.measure.ort_quant)
 - `ort_all`         ONNX Runtime fp32, all graph optimizations; `ort_none` (no optimizations) is the accuracy reference
@@ -35,6 +36,7 @@ from workbench.measure.inputs import canonical_model, make_inputs
 from workbench.measure.runners import ort_runner, tvm_runner
 from workbench.measure.timing import time_call
 from workbench.models.importer import import_to_relax
+from workbench.passes.int8_vnni import vnni_target
 from workbench.passes.pipeline import run_pipeline
 from workbench.passes.pipeline_spec import PassSpec, parse_text, to_text
 
@@ -99,6 +101,16 @@ def _with_activations(pipeline: list[PassSpec], kind: str) -> list[PassSpec]:
             for s in pipeline]
 
 
+def _int8_note(records, target) -> str:
+    """For an int8 build: how many of its int8 convs run the VNNI kernel (vpdpbusd), or why none does."""
+    int8 = next((r.analysis["int8"] for r in records if "int8" in r.analysis), None)
+    if int8 is None:
+        return ""
+    if not vnni_target(target):
+        return "this CPU has no VNNI: integer SIMD without dot products"
+    return f"{int8['vnni']} of {int8['lowered'].get('relax.nn.conv2d', 0)} int8 convs on the VNNI kernel (vpdpbusd)"
+
+
 def _top1(runner_for, samples: list[dict[str, np.ndarray]], reference) -> float:
     """Share of calibration inputs whose arg-max class equals the reference's."""
     hits = [int(np.argmax(runner_for(s).infer()[0]) == np.argmax(reference(s).infer()[0])) for s in samples]
@@ -120,12 +132,13 @@ def bench_model(name: str, repeat: int, console: Console) -> list[dict]:
     pipelines = {"fp32 workbench": FP32, **int8, **({"fp16 workbench": FP16} if "fp16" in extra else {})}
     samples = calibration_samples(experiment, model)
     onnx_models = {"ort_all": model}
-    builds, runners = {}, {}
+    builds, runners, notes = {}, {}, {}
     for label, pipeline in pipelines.items():
         with console.status(f"{name}: building {label}"):
-            optimized, _ = run_pipeline(imported, parse_text(pipeline), target, stats=False)
+            optimized, records = run_pipeline(imported, parse_text(pipeline), target, stats=False)
             builds[label] = build_lowered(optimized, target)
         runners[label] = tvm_runner(label, builds[label], inputs, target)
+        notes[label] = _int8_note(records, target)
     if "int8" in extra:
         with console.status(f"{name}: ONNX Runtime static quantization"):
             onnx_models["ort_int8"] = ort_int8_model(experiment, model, out_dir)
@@ -141,7 +154,8 @@ def bench_model(name: str, repeat: int, console: Console) -> list[dict]:
         figures = compare(runner.infer(), reference, rtol=0.0, atol=0.0)
         row = {"model": name, "variant": label, "median_ms": medians[label],
                "vs_fp32": medians["fp32 workbench"] / medians[label], "vs_ort_all": medians["ort_all"] / medians[label],
-               "cosine": figures["cosine"], "max_abs_err": figures["max_abs_err"], "top1": None, "note": ""}
+               "cosine": figures["cosine"], "max_abs_err": figures["max_abs_err"], "top1": None,
+               "note": notes.get(label, "")}
         if name in TOP1_MODELS:
             def on(sample, label=label):
                 return (tvm_runner(label, builds[label], sample, target) if label in builds
