@@ -102,13 +102,13 @@ def _with_activations(pipeline: list[PassSpec], kind: str) -> list[PassSpec]:
 
 
 def _int8_note(records, target) -> str:
-    """For an int8 build: how many of its int8 convs run the VNNI kernel (vpdpbusd), or why none does."""
+    """For an int8 build: how many of its int8 convs and matmuls run the VNNI kernel (vpdpbusd), or why none does."""
     int8 = next((r.analysis["int8"] for r in records if "int8" in r.analysis), None)
     if int8 is None:
         return ""
     if not vnni_target(target):
         return "this CPU has no VNNI: integer SIMD without dot products"
-    return f"{int8['vnni']} of {int8['lowered'].get('relax.nn.conv2d', 0)} int8 convs on the VNNI kernel (vpdpbusd)"
+    return f"{int8['vnni']} of {sum(int8['lowered'].values())} int8 convs/matmuls on the VNNI kernel (vpdpbusd)"
 
 
 def _top1(runner_for, samples: list[dict[str, np.ndarray]], reference) -> float:

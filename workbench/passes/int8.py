@@ -16,7 +16,7 @@ with z (an explicit pad before the conv) rather than with 0. The bias stays fp32
 after scaling: that equals an int32 bias of scale x_scale*w_scale without rounding the bias to it.
 Where the consumer is fp32 (a pool, the graph output), `y` simply stays fp32.
 
-When the target CPU has AVX-512 VNNI, an ungrouped NHWC conv is emitted as the workbench's own kernel instead
+When the target CPU has AVX-512 VNNI, an ungrouped NHWC conv (and a matmul) is emitted as the workbench's own kernel instead
 (int8_vnni.py: pre-packed weight, u8 x s8, the layout `vpdpbusd` reads; symmetric int8 activations are shifted
 to uint8, zero point 128), which MetaSchedule tensorizes. NCHW convs there keep relax conv2d, and the pass says
 that convert_layout(conv2d=NHWC) before quantize would reach the dot product.
@@ -34,7 +34,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from workbench.passes.int8_vnni import emit_conv2d, vnni_target
+from workbench.passes.int8_vnni import emit_conv2d, emit_matmul, vnni_target
 from workbench.passes.rewrite import rewrite_functions
 
 log = logging.getLogger("workbench.int8")
@@ -57,7 +57,7 @@ class _Int8Lowering(PyExprMutator):
         self.lowered: dict[str, int] = {}
         self.kept: list[str] = []
         self.vnni_cpu = vnni_target(tvm.target.Target.current(allow_none=True))
-        self.vnni = 0  # convs lowered to the VNNI kernel
+        self.vnni = 0  # convs and matmuls lowered to the VNNI kernel
         self.not_nhwc = 0  # convs on a VNNI CPU that would take it in NHWC
 
     def _dequantized(self, expr: relax.Expr) -> relax.Call | None:
@@ -103,8 +103,13 @@ class _Int8Lowering(PyExprMutator):
         w = _const(w_int8)
         zero = int(_const(act.args[2]).reshape(()))
         if call.op.name == _MATMUL:
-            acc = relax.op.matmul(q_x, w_int8, out_dtype="int32")
             weight_sums = w.astype(np.int64).sum(axis=0)  # [K, N] -> per output column
+            if self.vnni_cpu:
+                q_x, zero = self._as_uint8(q_x, zero)
+                acc = emit_matmul(self.builder_, q_x, w, zero)
+                self.vnni += 1
+            else:
+                acc = relax.op.matmul(q_x, w_int8, out_dtype="int32")
         else:
             a = call.attrs
             out_axis = str(a.kernel_layout).index("O")
@@ -167,8 +172,8 @@ def _plain_layouts(attrs) -> bool:
 
 
 def lower_int8(mod: tvm.IRModule) -> tuple[tvm.IRModule, dict]:
-    """(module with int8 kernels, its record: lowered calls by op, convs on the VNNI kernel, one line per op kept
-    in fp32 with the reason)."""
+    """(module with int8 kernels, its record: lowered calls by op, how many run the VNNI kernel, one line per op
+    kept in fp32 with the reason)."""
     lowering = _Int8Lowering(mod)
     out = lowering.run()
     for line in lowering.kept:

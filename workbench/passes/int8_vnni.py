@@ -4,7 +4,8 @@
 MetaSchedule tensorizes a kernel with it (compile/x86_int8.py) only where those 4 activations are the
 innermost input channels and the 16 x 4 weight block is innermost and compact; relax.nn.conv2d gives
 neither (NCHW's innermost activation index is a spatial sum; an OHWI weight's 16 output channels are a
-row apart). On such CPUs the int8 lowering emits this kernel for NHWC convs instead:
+row apart). On such CPUs the int8 lowering emits this kernel for NHWC convs (and matmuls, as 1x1 convs over
+their rows) instead:
 
     data    NHWC uint8, spatial padding (the zero point) and input channels padded to a multiple of 4
     weight  a constant packed once, [O/16, KH, KW, C/4, 16, 4] (O padded to 16 with zero weights)
@@ -89,3 +90,14 @@ def emit_conv2d(builder: relax.BlockBuilder, q_x: relax.Expr, w_ohwi: np.ndarray
     if out_shape[3] == out_channels:
         return acc
     return builder.emit(relax.op.strided_slice(acc, axes=[3], begin=[0], end=[out_channels]))
+
+
+def emit_matmul(builder: relax.BlockBuilder, q_x: relax.Expr, w_kn: np.ndarray, zero: int) -> relax.Expr:
+    """sum(q_x * w) in int32 for uint8 `q_x` [..., K] and a [K, N] weight: the conv kernel as a 1x1 conv over
+    the rows of `q_x` ([1, 1, rows, K] NHWC), its result reshaped back to [..., N]."""
+    shape = [int(v) for v in q_x.ty.shape.values]
+    rows = int(np.prod(shape[:-1]))
+    pixels = builder.emit(relax.op.reshape(q_x, [1, 1, rows, shape[-1]]))
+    w_ohwi = np.ascontiguousarray(w_kn.T).reshape(w_kn.shape[1], 1, 1, w_kn.shape[0])
+    acc = emit_conv2d(builder, pixels, w_ohwi, (1, 1), (0, 0, 0, 0), (1, 1), zero)
+    return builder.emit(relax.op.reshape(acc, [*shape[:-1], w_kn.shape[1]]))
