@@ -36,7 +36,7 @@ from workbench.measure.inputs import canonical_model, make_inputs
 from workbench.measure.runners import ort_runner, tvm_runner
 from workbench.measure.timing import time_call
 from workbench.models.importer import import_to_relax
-from workbench.passes.int8_vnni import vnni_target
+from workbench.passes.packed_conv import vnni_target
 from workbench.passes.pipeline import run_pipeline
 from workbench.passes.pipeline_spec import PassSpec, parse_text, to_text
 

@@ -1,4 +1,4 @@
-"""The int8 path's VNNI conv kernel (passes/int8_vnni.py): chosen for NHWC convs when the target CPU has AVX-512
+"""The int8 path's VNNI conv kernel (passes/packed_conv.py): chosen for NHWC convs when the target CPU has AVX-512
 VNNI, exact against the relax conv2d int8 path, and tensorized with `vpdpbusd`: by MetaSchedule's search space
 and by the default schedule of untuned builds (compiled for cascadelake, on any x86 host), and in tuned and
 untuned builds that run (only on a VNNI host, where the candidates can be measured)."""
@@ -19,7 +19,7 @@ from workbench.config import TargetConfig, TuningConfig
 from workbench.measure.runners import tvm_runner
 from workbench.models import zoo
 from workbench.compile.x86_int8 import VNNI_DOT_16x4
-from workbench.passes.int8_vnni import KERNEL_NAME, pack_weight, vnni_target
+from workbench.passes.packed_conv import VNNI_U8S8, pack_weight, vnni_target
 from workbench.passes.pipeline import run_pipeline
 from workbench.passes.pipeline_spec import parse_text
 
@@ -43,7 +43,7 @@ def lowered(zoo_relax, target: tvm.target.Target, activations: str = "asymmetric
 
 def test_weights_are_packed_16_output_by_4_input_channels_with_zero_padding():
     w = np.random.default_rng(0).integers(-128, 128, (24, 3, 3, 5), dtype=np.int8)  # OHWI, O and C not multiples
-    packed = pack_weight(w)
+    packed = pack_weight(w, 4)
     assert packed.shape == (2, 3, 3, 2, 16, 4)
     o, kh, kw, c = np.meshgrid(*map(np.arange, w.shape), indexing="ij")
     assert np.array_equal(packed[o // 16, kh, kw, c // 4, o % 16, c % 4], w)
@@ -57,14 +57,14 @@ def test_vnni_cpus_get_the_vnni_kernel_and_the_same_outputs(zoo_relax, llvm, act
     assert record["vnni"] == 7 and plain_record["vnni"] == 0  # the 6 convs and the matmul
     assert record["lowered"] == plain_record["lowered"] == {"relax.nn.conv2d": 6, "relax.matmul": 1}
     kernels = primfuncs(vnni)
-    on_vnni = {name: f for name, f in kernels.items() if KERNEL_NAME in name}
+    on_vnni = {name: f for name, f in kernels.items() if VNNI_U8S8.name in name}
     assert len(on_vnni) == 7 and not [name for name in kernels if ("conv2d" in name or "matmul" in name)
-                                      and KERNEL_NAME not in name]
+                                      and VNNI_U8S8.name not in name]
     for func in on_vnni.values():  # u8 data x the packed s8 weight
         assert param_dtypes(func)[:2] == ["uint8", "int8"]
     # the convs' epilogues are fused (nothing dequantized); the matmul's follows its reshape back to [rows, N]
     assert sum("_cast" in name and "dequantize" not in name for name in on_vnni) == 6
-    assert not [name for name in primfuncs(plain) if KERNEL_NAME in name]
+    assert not [name for name in primfuncs(plain) if VNNI_U8S8.name in name]
     # integer sums are exact and the epilogue is the same, so the outputs are equal bit for bit (symmetric int8
     # activations are shifted to uint8 and 128 x sum(w) taken off); untuned, the kernel runs on any x86 CPU
     inputs = eval_inputs(zoo.default_inputs("convnet_small"))
@@ -84,7 +84,7 @@ def test_nchw_convs_on_a_vnni_cpu_keep_relax_conv2d_and_say_how_to_reach_vnni(zo
 def test_the_vnni_search_space_tensorizes_with_vpdpbusd(zoo_relax):
     """Every design space MetaSchedule draws for the kernel, post-processed as tuning does, compiles to VNNI code."""
     module, _ = lowered(zoo_relax, CASCADELAKE)
-    task = next(t for t in extract_tasks(tuning_module(module, CASCADELAKE), CASCADELAKE) if KERNEL_NAME in t.task_name)
+    task = next(t for t in extract_tasks(tuning_module(module, CASCADELAKE), CASCADELAKE) if VNNI_U8S8.name in t.task_name)
     context = tune_context(task, num_cores=1, search_strategy="replay-trace", rand_state=0)
     spaces = context.generate_design_space()
     assert spaces
@@ -98,7 +98,7 @@ def test_the_vnni_search_space_tensorizes_with_vpdpbusd(zoo_relax):
 def test_untuned_builds_for_a_vnni_cpu_tensorize_every_vnni_kernel(zoo_relax):
     module, _ = lowered(zoo_relax, CASCADELAKE)
     built = build_lowered(module, CASCADELAKE)  # compiled only: this host may lack VNNI
-    kernels = [f for name, f in primfuncs(built.lowered).items() if KERNEL_NAME in name]
+    kernels = [f for name, f in primfuncs(built.lowered).items() if VNNI_U8S8.name in name]
     assert len(kernels) == 7 and all(VNNI_INTRINSIC in f.script() for f in kernels)
     assert instructions(asm(built.executable), "vpdpbusd")["vpdpbusd"] >= 7
     assert instructions(asm(build_lowered(module, HASWELL).executable), "vpdpbusd")["vpdpbusd"] == 0
@@ -108,7 +108,7 @@ def test_untuned_builds_for_a_vnni_cpu_tensorize_every_vnni_kernel(zoo_relax):
                                                   f"{HOST.attrs.get('mcpu', 'generic')}")
 def test_tuned_and_default_vnni_schedules_run_here_and_match_plain_loops(zoo_relax, llvm, tmp_path):
     module, _ = lowered(zoo_relax, HOST)
-    tasks = [t for t in extract_tasks(tuning_module(module, HOST), HOST) if KERNEL_NAME in t.task_name][:1]
+    tasks = [t for t in extract_tasks(tuning_module(module, HOST), HOST) if VNNI_U8S8.name in t.task_name][:1]
     config = TuningConfig(trials=4, trials_per_task=4, trials_per_iter=4, cost_model="random")
     (result,) = tune_tasks(tasks, HOST, config, tmp_path / "db", tmp_path / "logs")
     assert result.trials_run == 4 and result.best_us is not None

@@ -3,8 +3,8 @@
 Three recipes share the same lowering tail, so the only difference between builds is the
 graph-level work before it. The tail is TVM's backend for the target kind (cpu_generic for llvm,
 cuda for cuda); on cuda it also gives every kernel a GPU schedule (dlight's default rules) unless
-one is scheduled already (`tirx.is_scheduled`, e.g. from a tuned database), on a VNNI CPU the int8
-path's VNNI convs get theirs (compile/x86_int8.py), and a module marked by the `cuda_graph` pass gets
+one is scheduled already (`tirx.is_scheduled`, e.g. from a tuned database), on CPUs the packed conv
+kernels get theirs (compile/packed_schedule.py), and a module marked by the `cuda_graph` pass gets
 TVM's CUDA-graph rewrite.
 A tuned schedule database (MetaSchedule) is applied to the workbench build as one separate step
 right after legalization, for any target; kernels it has no record for keep the default schedule.
@@ -28,7 +28,7 @@ from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.relax.backend.cuda import pipeline as cuda_backend
 
-from workbench.compile import x86_int8  # also registers the VNNI dot product that tuned int8 schedules replay
+from workbench.compile.packed_schedule import default_packed_schedule  # also registers the VNNI dot product
 from workbench.passes.cuda_graph import CUDA_GRAPH_ATTR
 from workbench.passes.pipeline import count_kernels
 
@@ -55,10 +55,10 @@ def _backend(target: tvm.target.Target):
 
 def _schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     """Kernels the database did not schedule: GPU kernels need a thread binding (dlight's default rules, the ones
-    TVM's cuda pipeline uses); on CPUs only the int8 path's VNNI convs get a schedule (x86_int8.py), the rest need
+    TVM's cuda pipeline uses); on CPUs only the packed conv kernels get one (packed_schedule.py), the rest need
     none."""
     if target.kind.name != "cuda":
-        return [x86_int8.default_vnni_schedule(target)]
+        return [default_packed_schedule(target)]
     from tvm.s_tir import dlight as dl
 
     return [dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),

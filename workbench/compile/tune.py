@@ -52,7 +52,7 @@ from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE
 from workbench.compile.x86_int8 import VNNI_DOT_16x4
 from workbench.config import TuningConfig
 from workbench.errors import UserError
-from workbench.passes.int8_vnni import vnni_target
+from workbench.passes.packed_conv import vnni_target
 
 MS_LOGGER = "tvm.s_tir.meta_schedule"
 FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed build or run as (about) 1e10 seconds
@@ -274,7 +274,7 @@ def _low_precision(task: ms.ExtractedTask) -> bool:
 
 
 def _vnni_kernel(task: ms.ExtractedTask) -> bool:
-    """A u8 x s8 kernel (the int8 path's, passes/int8_vnni.py) on an x86 CPU with AVX-512 VNNI."""
+    """A u8 x s8 kernel (the int8 path's, passes/packed_conv.py) on an x86 CPU with AVX-512 VNNI."""
     text = task.dispatched[0].script()
     return '"uint8"' in text and '"int8"' in text and vnni_target(task.target)
 

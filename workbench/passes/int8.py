@@ -17,7 +17,7 @@ after scaling: that equals an int32 bias of scale x_scale*w_scale without roundi
 Where the consumer is fp32 (a pool, the graph output), `y` simply stays fp32.
 
 When the target CPU has AVX-512 VNNI, an ungrouped NHWC conv (and a matmul) is emitted as the workbench's own kernel instead
-(int8_vnni.py: pre-packed weight, u8 x s8, the layout `vpdpbusd` reads; symmetric int8 activations are shifted
+(packed_conv.py: pre-packed weight, u8 x s8, the layout `vpdpbusd` reads; symmetric int8 activations are shifted
 to uint8, zero point 128), which MetaSchedule tensorizes. NCHW convs there keep relax conv2d, and the pass says
 that convert_layout(conv2d=NHWC) before quantize would reach the dot product.
 
@@ -34,7 +34,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from workbench.passes.int8_vnni import emit_conv2d, emit_matmul, vnni_target
+from workbench.passes.packed_conv import VNNI_U8S8, emit_conv2d, emit_matmul, vnni_target
 from workbench.passes.rewrite import rewrite_functions
 
 log = logging.getLogger("workbench.int8")
@@ -106,7 +106,7 @@ class _Int8Lowering(PyExprMutator):
             weight_sums = w.astype(np.int64).sum(axis=0)  # [K, N] -> per output column
             if self.vnni_cpu:
                 q_x, zero = self._as_uint8(q_x, zero)
-                acc = emit_matmul(self.builder_, q_x, w, zero)
+                acc = emit_matmul(self.builder_, VNNI_U8S8, q_x, w, zero)
                 self.vnni += 1
             else:
                 acc = relax.op.matmul(q_x, w_int8, out_dtype="int32")
@@ -117,7 +117,7 @@ class _Int8Lowering(PyExprMutator):
             if self._vnni_conv(a):
                 q_x, zero = self._as_uint8(q_x, zero)
                 w_ohwi = w.transpose([str(a.kernel_layout).index(axis) for axis in "OHWI"])
-                acc = emit_conv2d(self.builder_, q_x, w_ohwi, a.strides, a.padding, a.dilation, zero)
+                acc = emit_conv2d(self.builder_, VNNI_U8S8, q_x, w_ohwi, a.strides, a.padding, a.dilation, zero)
                 self.vnni += 1
             else:
                 padding = [int(p) for p in a.padding]
@@ -127,8 +127,7 @@ class _Int8Lowering(PyExprMutator):
                     padding = [0, 0, 0, 0]
                 acc = relax.op.nn.conv2d(q_x, w_int8, a.strides, padding, a.dilation, a.groups, a.data_layout,
                                          a.kernel_layout, a.out_layout, out_dtype="int32")
-        if not isinstance(acc, relax.Var):  # the VNNI kernel's call is bound already
-            acc = self.builder_.emit(acc)
+        acc = self.builder_.emit(acc)
         out_ndim = len(acc.ty.shape)
         channel = out_ndim - 1 if call.op.name == _MATMUL else str(call.attrs.out_layout or call.attrs.data_layout).index("C")
         shape = [1] * out_ndim
@@ -140,7 +139,7 @@ class _Int8Lowering(PyExprMutator):
         return relax.op.multiply(y, relax.const(scale.reshape(shape)))
 
     def _vnni_conv(self, attrs) -> bool:
-        """Does this conv get the VNNI kernel (int8_vnni.py)? On a VNNI CPU, an ungrouped NHWC conv does; an NCHW
+        """Does this conv get the VNNI kernel (packed_conv.py)? On a VNNI CPU, an ungrouped NHWC conv does; an NCHW
         one is counted, so the pass can say how to reach it."""
         if not self.vnni_cpu or int(attrs.groups) != 1:
             return False

@@ -1,0 +1,48 @@
+"""pack_conv2d: fp32 NHWC convs as the packed CPU kernel (passes/packing.py, passes/packed_conv.py) — which convs
+it takes and why it keeps the others, outputs against ONNX Runtime, and the fixed schedule an untuned build
+gives the kernel (compile/packed_schedule.py)."""
+
+import numpy as np
+import pytest
+
+from workbench.compile.build import build_lowered
+from workbench.measure.runners import ort_runner
+from workbench.models import zoo
+from workbench.passes.packed_conv import FP32
+from workbench.passes.pipeline import run_pipeline
+from workbench.passes.pipeline_spec import parse_text
+
+
+from test_int8 import primfuncs
+from test_precision import calls, eval_inputs, infer
+
+PACKED = "fold_batchnorm,convert_layout(conv2d=NHWC:OHWI),fold_constant,pack_conv2d"
+
+
+@pytest.mark.parametrize("model, packed, kept", [("convnet_small", 6, 0), ("mobilenet_block", 4, 2)])
+def test_packed_convs_match_onnx_runtime(zoo_relax, llvm, model, packed, kept):
+    onnx_model, mod = zoo_relax(model)
+    graph, records = run_pipeline(mod, parse_text(PACKED), llvm)
+    analysis = records[3].analysis
+    assert analysis["conv2d_packed"] == packed and len(analysis["conv2d_kept"]) == kept
+    assert all(reason.startswith("groups") for reason in analysis["conv2d_kept"])  # depthwise convs stay relax's
+    assert len(calls(graph, "relax.nn.conv2d")) == kept
+    fused, _ = run_pipeline(graph, parse_text("fuse"), llvm)
+    assert sum(FP32.name in call.args[0].name_hint for call in calls(fused, "relax.call_tir")) == packed
+    inputs = eval_inputs(zoo.default_inputs(model))
+    for got, want in zip(infer(fused, inputs, llvm), ort_runner("ort_none", onnx_model, inputs).infer()):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_nchw_convs_are_kept_and_the_reason_says_what_to_run_first(zoo_relax, llvm):
+    _, records = run_pipeline(zoo_relax("convnet_small")[1], parse_text("fold_batchnorm,pack_conv2d"), llvm)
+    assert records[1].analysis["conv2d_packed"] == 0
+    assert records[1].analysis["conv2d_kept"] == ["layout NCHW (needs NHWC: run convert_layout(conv2d=NHWC) first)"] * 6
+
+
+def test_untuned_builds_give_packed_kernels_the_fixed_parallel_schedule(zoo_relax, llvm):
+    graph, _ = run_pipeline(zoo_relax("convnet_small")[1], parse_text(PACKED + ",fuse"), llvm)
+    kernels = {name: f for name, f in primfuncs(build_lowered(graph, llvm).lowered).items() if FP32.name in name}
+    assert len(kernels) == 6
+    for name, func in kernels.items():  # rows x channel blocks in parallel, the epilogue fused per 8 pixels
+        assert func.attrs["tirx.is_scheduled"] and "T.parallel" in func.script(), name

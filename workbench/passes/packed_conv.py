@@ -1,0 +1,125 @@
+"""conv2d in the packed layouts CPU SIMD reads: 16 output channels innermost, the weight packed once.
+
+One kernel, two kinds (`PackedKind`):
+- `VNNI_U8S8`, for `quantize(execute=int8)` on CPUs with AVX-512 VNNI. `vpdpbusd` adds to each of 16 int32
+  lanes the dot product of 4 uint8 activations with 4 int8 weights. MetaSchedule tensorizes a kernel with it
+  (compile/x86_int8.py) only where those 4 activations are the innermost input channels and the 16 x 4 weight
+  block is innermost and compact; relax.nn.conv2d gives neither (NCHW's innermost activation index is a spatial
+  sum; an OHWI weight's 16 output channels are a row apart). So the int8 lowering emits this kernel for NHWC
+  convs (and matmuls, as 1x1 convs over their rows) instead.
+- `FP32`, for the `pack_conv2d` pass: 16 output channels are one AVX-512 register of fp32 sums, so a row of
+  output pixels accumulates in registers while each weight vector is loaded once (the direct-convolution
+  layout ONNX Runtime's MLAS uses).
+
+    data    NHWC, spatial padding (the zero point) and input channels padded to a multiple of the group
+    weight  a constant packed once, [O/16, KH, KW, C/group, 16, group] (O padded to 16 with zero weights)
+    out     NHWC [N, OH, OW, O rounded up to 16], channels past O sliced off
+
+Its iterators are already split (o = 16 oo + oi, c = group co + ci), so MetaSchedule's tiling (with the VNNI
+intrinsic, for int8) maps whole blocks; a build gives an untuned one a fixed schedule (compile/packed_schedule.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import relax, s_tir, te
+from tvm.target.codegen import target_has_features
+
+LANES = 16  # output channels per block: one zmm of int32 or fp32 sums
+OUT_EWISE_FUSABLE = 4  # relax's OpPatternKind: an epilogue of elementwise ops fuses into the kernel
+KERNEL_MARK = "workbench.kernel"  # the conv block's annotation (the kind's name), so a build finds it when fused
+
+
+@dataclass(frozen=True)
+class PackedKind:
+    """What one kind of the packed kernel multiplies: operand and accumulator types, input channels per step."""
+
+    name: str
+    data: str
+    weight: str
+    acc: str
+    group: int
+
+
+VNNI_U8S8 = PackedKind("conv2d_nhwc_u8s8_vnni", "uint8", "int8", "int32", 4)  # vpdpbusd: 4 byte products per lane
+FP32 = PackedKind("conv2d_nhwc_f32_packed", "float32", "float32", "float32", 1)
+
+
+def vnni_target(target: tvm.target.Target | None) -> bool:
+    """An llvm target whose CPU has AVX-512 VNNI (cascadelake, icelake-server, rocketlake, znver4, ...)."""
+    return target is not None and target.kind.name == "llvm" and bool(target_has_features("avx512vnni", target))
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def pack_weight(w_ohwi: np.ndarray, group: int) -> np.ndarray:
+    """[O, KH, KW, C] -> [O16/16, KH, KW, Cg/group, 16, group], zero weights in the padding."""
+    o, kh, kw, c = w_ohwi.shape
+    padded = np.pad(w_ohwi, [(0, _round_up(o, LANES) - o), (0, 0), (0, 0), (0, _round_up(c, group) - c)])
+    blocks = padded.reshape(-1, LANES, kh, kw, padded.shape[3] // group, group)
+    return np.ascontiguousarray(blocks.transpose(0, 2, 3, 4, 1, 5))
+
+
+def _int64(values: tuple[int, ...]) -> list[tvm.tirx.IntImm]:
+    return [tvm.tirx.IntImm("int64", v) for v in values]
+
+
+def conv2d_kernel(kind: PackedKind, data_shape: tuple[int, ...], packed_shape: tuple[int, ...],
+                  strides: tuple[int, int], dilation: tuple[int, int]) -> tuple[tvm.tirx.PrimFunc, list[int]]:
+    """(The kernel over already padded NHWC data and a packed weight, its NHWC output's shape)."""
+    n, h, w, _ = data_shape
+    oo, kh, kw, co, _, group = packed_shape
+    (sh, sw), (dh, dw) = strides, dilation
+    out_h, out_w = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
+    # int64 extents, as LegalizeOps writes them: FuseTIR maps this kernel's buffers onto its epilogue's
+    data = te.placeholder(_int64(data_shape), kind.data, name="data")
+    weight = te.placeholder(_int64(packed_shape), kind.weight, name="weight")
+    rh, rw = te.reduce_axis(_int64((0, kh)), "rh"), te.reduce_axis(_int64((0, kw)), "rw")
+    rco, rci = te.reduce_axis(_int64((0, co)), "rco"), te.reduce_axis(_int64((0, group)), "rci")
+    acc = te.compute(_int64((n, out_h, out_w, oo, LANES)), lambda b, y, x, o_out, o_in: te.sum(
+        data[b, y * sh + rh * dh, x * sw + rw * dw, rco * group + rci].astype(kind.acc)
+        * weight[o_out, rh, rw, rco, o_in, rci].astype(kind.acc), axis=[rh, rw, rco, rci]), name="conv",
+        attrs={KERNEL_MARK: kind.name})
+    sch = s_tir.Schedule(te.create_prim_func([data, weight, acc]))
+    # one NHWC output buffer, written 16 channels at a time: the block keeps its split iterators
+    sch.transform_layout(sch.get_sblock("conv"), ("write", 0), lambda b, y, x, o_out, o_in: (b, y, x, o_out * LANES + o_in))
+    kernel = sch.mod["main"].without_attr("global_symbol").with_attr("op_pattern", OUT_EWISE_FUSABLE)
+    return kernel, [n, out_h, out_w, oo * LANES]
+
+
+def emit_conv2d(builder: relax.BlockBuilder, kind: PackedKind, x: relax.Expr, w_ohwi: np.ndarray, strides,
+                padding, dilation, zero: float = 0) -> relax.Expr:
+    """sum(x * w) in the kind's accumulator type, NHWC, for NHWC `x` (padded with `zero`) and an OHWI weight.
+
+    Returns the kernel's call, unbound (for the caller's binding), or the bound call's slice to O channels."""
+    out_channels, _, _, channels = w_ohwi.shape
+    top, left, bottom, right = (int(p) for p in padding)
+    extra = _round_up(channels, kind.group) - channels
+    if top or left or bottom or right or extra:
+        x = builder.emit(relax.op.nn.pad(x, [0, 0, top, bottom, left, right, 0, extra], pad_value=zero))
+    packed = pack_weight(w_ohwi, kind.group)
+    data_shape = tuple(int(v) for v in x.ty.shape.values)
+    kernel, out_shape = conv2d_kernel(kind, data_shape, packed.shape, tuple(int(s) for s in strides),
+                                      tuple(int(d) for d in dilation))
+    acc = relax.call_tir(builder.add_func(kernel, kind.name), [x, relax.const(packed)],
+                         relax.TensorType(out_shape, kind.acc))
+    if out_shape[3] == out_channels:
+        return acc
+    return relax.op.strided_slice(builder.emit(acc), axes=[3], begin=[0], end=[out_channels])
+
+
+def emit_matmul(builder: relax.BlockBuilder, kind: PackedKind, x: relax.Expr, w_kn: np.ndarray,
+                zero: float = 0) -> relax.Expr:
+    """sum(x * w) for `x` [..., K] and a [K, N] weight: the conv kernel as a 1x1 conv over the rows of `x`
+    ([1, 1, rows, K] NHWC), its result reshaped back to [..., N]."""
+    shape = [int(v) for v in x.ty.shape.values]
+    rows = int(np.prod(shape[:-1]))
+    pixels = builder.emit(relax.op.reshape(x, [1, 1, rows, shape[-1]]))
+    w_ohwi = np.ascontiguousarray(w_kn.T).reshape(w_kn.shape[1], 1, 1, w_kn.shape[0])
+    acc = builder.emit(emit_conv2d(builder, kind, pixels, w_ohwi, (1, 1), (0, 0, 0, 0), (1, 1), zero))
+    return relax.op.reshape(acc, [*shape[:-1], w_kn.shape[1]])
