@@ -1,12 +1,17 @@
 """pack_conv2d: fp32 NHWC convs as the packed CPU kernel (passes/packing.py, passes/packed_conv.py) — which convs
-it takes and why it keeps the others, outputs against ONNX Runtime, and the fixed schedule an untuned build
-gives the kernel (compile/packed_schedule.py)."""
+it takes and why it keeps the others, outputs against ONNX Runtime, the fixed schedule an untuned build gives
+the kernel (compile/packed_schedule.py), and tuning measuring that schedule first."""
 
 import numpy as np
 import pytest
+import tvm
+from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.build import build_lowered
-from workbench.measure.runners import ort_runner
+from workbench.compile.packed_schedule import default_schedule
+from workbench.compile.tune import extract_tasks, tune_tasks, tuning_module
+from workbench.config import TuningConfig
+from workbench.measure.runners import ort_runner, tvm_runner
 from workbench.models import zoo
 from workbench.passes.packed_conv import FP32
 from workbench.passes.pipeline import run_pipeline
@@ -46,3 +51,21 @@ def test_untuned_builds_give_packed_kernels_the_fixed_parallel_schedule(zoo_rela
     assert len(kernels) == 6
     for name, func in kernels.items():  # rows x channel blocks in parallel, the epilogue fused per 8 pixels
         assert func.attrs["tirx.is_scheduled"] and "T.parallel" in func.script(), name
+
+
+def test_tuning_a_packed_kernel_measures_the_fixed_schedule_first(zoo_relax, llvm, tmp_path):
+    graph, _ = run_pipeline(zoo_relax("convnet_small")[1], parse_text(PACKED + ",fuse"), llvm)
+    tasks = [t for t in extract_tasks(tuning_module(graph, llvm), llvm) if FP32.name in t.task_name][:1]
+    config = TuningConfig(trials=1, trials_per_task=1, trials_per_iter=1, cost_model="random")
+    (result,) = tune_tasks(tasks, llvm, config, tmp_path / "db", tmp_path / "logs")
+    assert result.trials_run == 1 and result.best_us is not None  # one trial: the fixed schedule, measured
+    database = ms.database.JSONDatabase(work_dir=str(tmp_path / "db"))
+    (record,) = database.get_all_tuning_records()
+    replayed = tvm.s_tir.Schedule(tasks[0].dispatched[0])
+    record.trace.apply_to_schedule(replayed, remove_postproc=False)
+    tvm.ir.assert_structural_equal(replayed.mod, default_schedule(tasks[0].dispatched[0]["main"], llvm).mod)
+    tuned = build_lowered(graph, llvm, database)
+    assert tasks[0].task_name in tuned.tuning["covered"]
+    inputs = eval_inputs(zoo.default_inputs("convnet_small"))
+    for got, want in zip(tvm_runner("tuned", tuned, inputs, llvm).infer(), infer(graph, inputs, llvm)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -23,6 +23,8 @@ Choices that are not MetaSchedule's defaults, and why:
 - JSONDatabase appends each record as its batch is measured, so a kill loses only the batch being
   measured (a record line cut short is dropped when the database is opened again); Ctrl-C lets that
   batch finish first (a second Ctrl-C stops at once).
+- A packed conv kernel (passes/packed_conv.py) is first measured with the fixed schedule an untuned build gives
+  it, committed as its first record, so the search starts from it.
 - A task whose search space is used up (MetaSchedule finds no new candidate, e.g. a reshape with one
   schedule) is noted in `exhausted.json` next to the records, so a resumed run does not search it again.
 """
@@ -48,6 +50,7 @@ from tvm.s_tir.analysis import estimate_tir_flops
 
 from workbench.atomic import atomic_write_json
 from workbench.compile.build import legalized
+from workbench.compile.packed_schedule import default_schedule
 from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE
 from workbench.compile.x86_int8 import VNNI_DOT_16x4
 from workbench.config import TuningConfig
@@ -411,6 +414,30 @@ class _Interrupts:
         self.check()  # requested during the last batch of a task: stop before the next task starts
 
 
+def measure_default_schedule(task: ms.ExtractedTask, target: tvm.target.Target, database: ms.database.Database,
+                             builder: ms.builder.Builder, runner: ms.runner.Runner) -> bool:
+    """Measure the fixed schedule an untuned build gives a packed conv kernel (compile/packed_schedule.py) and commit
+    it as the task's first record, so the evolutionary search starts from it (it seeds its population with the
+    database's best) rather than from random tilings. False for other kernels, or if it failed to build or run."""
+    schedule = default_schedule(task.dispatched[0]["main"], target)
+    if schedule is None:
+        return False
+    (built,) = builder.build([ms.builder.BuilderInput(schedule.mod, target)])
+    args_info = ms.arg_info.ArgInfo.from_entry_func(schedule.mod)
+    device = "cpu" if target.kind.name == "llvm" else target.kind.name
+    ran = None if built.error_msg else runner.run([ms.runner.RunnerInput(built.artifact_path, device,
+                                                                         args_info)])[0].result()
+    if ran is None or ran.error_msg:
+        logging.getLogger("workbench.tuning").warning("%s: the default schedule failed to %s: %s", task.task_name,
+                                                      "build" if ran is None else "run",
+                                                      (built.error_msg or ran.error_msg).strip().splitlines()[-1])
+        return False
+    database.commit_tuning_record(ms.database.TuningRecord(
+        schedule.trace, database.commit_workload(task.dispatched[0]), [float(s) for s in ran.run_secs], target,
+        args_info))
+    return True
+
+
 def hottest(results: list[TaskResult]) -> int | None:
     """The task that holds the most time now (best µs x uses) and can still be searched, if any."""
     measured = [(r.best_us * r.weight, i) for i, r in enumerate(results) if r.best_us and not r.exhausted]
@@ -474,9 +501,13 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
         for index, result in enumerate(results):
             want = 0 if result.exhausted else min(result.budget - result.trials_before, left)
             report(result)
+            if want > 0 and result.trials_before == 0 and measure_default_schedule(tasks[index], target, database,
+                                                                                    builder, runner):
+                result.trials_run += 1
+                want -= 1
             if want > 0:
                 tune_one(index, want)
-                left -= result.trials_run
+            left -= result.trials_run
             result.best_us = best_latency_us(database, tasks[index].dispatched[0])
             report(result)
         hot = config.hot_trials - sum(max(0, r.trials_before - r.budget) for r in results)  # resumes, too
