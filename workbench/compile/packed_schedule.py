@@ -1,6 +1,6 @@
 """The schedule an untuned packed conv kernel (passes/packed_conv.py) gets in a CPU build.
 
-A row of up to 8 output pixels x 16 output channels accumulates while each weight block is loaded once:
+A row of up to 8 output pixels (4 without AVX-512) x 16 output channels accumulates while each weight block is loaded once:
 for int8 on a VNNI CPU one `vpdpbusd` per pixel and 4 input channels (tensorized with compile/x86_int8.py's
 intrinsic), for fp32 one 16-lane FMA per pixel and input channel (LLVM vectorizes the 16 channels). Rows x
 channel blocks run in parallel, and the fused epilogue (scale, bias, activation, requantization) is computed per
@@ -15,22 +15,26 @@ import logging
 
 import tvm
 from tvm.s_tir import Schedule, ScheduleError
+from tvm.target.codegen import target_has_features
 
 from workbench.compile.x86_int8 import VNNI_DOT_16x4
 from workbench.passes.packed_conv import FP32, KERNEL_MARK, VNNI_U8S8, PackedKind, vnni_target
 
 log = logging.getLogger("workbench.build")
-PIXELS_PER_STEP = 8  # output pixels whose 16-channel sums one weight block is used for
+def pixels_per_step(target: tvm.target.Target) -> int:
+    """Output pixels whose 16-channel sums one weight block is used for: 8 zmm accumulators on AVX-512; on AVX2
+    16 channels are two ymm registers, so 4 pixels keep the sums in registers."""
+    return 8 if target_has_features("avx512f", target) else 4
 
 
-def _schedule(sch: Schedule, kind: PackedKind) -> None:
+def _schedule(sch: Schedule, kind: PackedKind, pixels: int) -> None:
     """Apply the fixed schedule to the packed conv (and its fused epilogue) in `sch`'s main function."""
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     conv = next(b for b in blocks if sch.get(b).annotations.get(KERNEL_MARK) == kind.name)
     epilogue = blocks[blocks.index(conv) + 1:]
     batch, row, col, channel_block, channel, kh, kw, in_block, _ = sch.get_loops(conv)
     width = int(sch.get(col).extent)
-    col_outer, col_inner = sch.split(col, [None, max(f for f in range(1, PIXELS_PER_STEP + 1) if width % f == 0)])
+    col_outer, col_inner = sch.split(col, [None, max(f for f in range(1, pixels + 1) if width % f == 0)])
     sch.reorder(batch, row, channel_block, col_outer, kh, kw, in_block, col_inner, channel)
     sch.parallel(sch.fuse(batch, row, channel_block))
     for block in epilogue[:-1]:  # elementwise: scale, bias, activation, requantization
@@ -62,7 +66,7 @@ def default_schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> Sche
         return None
     sch = Schedule(tvm.IRModule({"main": func}))
     try:
-        _schedule(sch, kind)
+        _schedule(sch, kind, pixels_per_step(target))
     except (ScheduleError, TypeError) as exc:  # TypeError: TVM 0.27 failing to word some errors
         log.warning("%s keeps plain loops: %s", kind.name, str(exc).splitlines()[0])
         return None
