@@ -17,11 +17,10 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from workbench.passes.pipeline import report_analysis
 from workbench.passes.registry import register
-from workbench.passes.rewrite import rewrite_functions
+from workbench.passes.rewrite import rewrite_calls
 
 
 def _ints(values) -> list[int]:
@@ -44,32 +43,16 @@ def _why_not(call: relax.Call) -> str | None:
     return None
 
 
-@mutator
-class _ConvTransposeAsConv(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule):
-        super().__init__(mod)
-        self.op = tvm.ir.Op.get("relax.nn.conv2d_transpose")
-        self.rewritten = 0
-        self.kept: list[str] = []
-
-    def visit_call_(self, op: relax.Call) -> relax.Expr:
-        call = super().visit_call_(op)
-        if not call.op.same_as(self.op):
-            return call
-        reason = _why_not(call)
-        if reason is not None:
-            self.kept.append(reason)
-            return call
-        self.rewritten += 1
-        w = call.args[1].value.numpy()  # [C, O, kh, kw]
-        channels, out_channels, kh, kw = w.shape
-        w1x1 = np.ascontiguousarray(w.transpose(1, 2, 3, 0)).reshape(out_channels * kh * kw, channels, 1, 1)
-        out_dtype = call.attrs.out_dtype if str(call.attrs.out_dtype) else ""
-        y = self.builder_.emit(relax.op.nn.conv2d(call.args[0], relax.const(w1x1), out_dtype=out_dtype))
-        n, _, h, wd = (int(d) for d in y.ty.shape)
-        y = self.builder_.emit(relax.op.reshape(y, [n, out_channels, kh, kw, h, wd]))
-        y = self.builder_.emit(relax.op.permute_dims(y, [0, 1, 4, 2, 5, 3]))
-        return relax.op.reshape(y, [n, out_channels, h * kh, wd * kw])
+def _as_conv(builder: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    w = call.args[1].value.numpy()  # [C, O, kh, kw]
+    channels, out_channels, kh, kw = w.shape
+    w1x1 = np.ascontiguousarray(w.transpose(1, 2, 3, 0)).reshape(out_channels * kh * kw, channels, 1, 1)
+    out_dtype = call.attrs.out_dtype if str(call.attrs.out_dtype) else ""
+    y = builder.emit(relax.op.nn.conv2d(call.args[0], relax.const(w1x1), out_dtype=out_dtype))
+    n, _, h, wd = (int(d) for d in y.ty.shape)
+    y = builder.emit(relax.op.reshape(y, [n, out_channels, kh, kw, h, wd]))
+    y = builder.emit(relax.op.permute_dims(y, [0, 1, 4, 2, 5, 3]))
+    return relax.op.reshape(y, [n, out_channels, h * kh, wd * kw])
 
 
 @register("conv_transpose_as_conv", "layout")
@@ -77,9 +60,8 @@ def conv_transpose_as_conv(_params) -> tvm.transform.Pass:
     """conv2d_transpose with kernel == stride as a 1x1 conv2d + pixel shuffle (no multiply-adds with zeros)."""
 
     def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        rewriter = _ConvTransposeAsConv(mod)
-        mod = rewrite_functions(rewriter, mod)
-        report_analysis(conv_transpose_rewritten=rewriter.rewritten, conv_transpose_kept=rewriter.kept)
+        mod, rewritten, kept = rewrite_calls(mod, "relax.nn.conv2d_transpose", _why_not, _as_conv)
+        report_analysis(conv_transpose_rewritten=rewritten, conv_transpose_kept=kept)
         return mod
 
     return tvm.transform.module_pass(run, opt_level=0, name="conv_transpose_as_conv")

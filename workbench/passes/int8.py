@@ -34,7 +34,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from workbench.passes.packed_conv import VNNI_U8S8, emit_conv2d, emit_matmul, vnni_target
+from workbench.passes.packed_conv import VNNI_U8S8, emit_conv2d, emit_matmul, to_ohwi, vnni_target
 from workbench.passes.rewrite import rewrite_functions
 
 log = logging.getLogger("workbench.int8")
@@ -116,8 +116,8 @@ class _Int8Lowering(PyExprMutator):
             weight_sums = w.astype(np.int64).sum(axis=tuple(i for i in range(w.ndim) if i != out_axis))
             if self._vnni_conv(a):
                 q_x, zero = self._as_uint8(q_x, zero)
-                w_ohwi = w.transpose([str(a.kernel_layout).index(axis) for axis in "OHWI"])
-                acc = emit_conv2d(self.builder_, VNNI_U8S8, q_x, w_ohwi, a.strides, a.padding, a.dilation, zero)
+                acc = emit_conv2d(self.builder_, VNNI_U8S8, q_x, to_ohwi(w, str(a.kernel_layout)), a.strides, a.padding,
+                                  a.dilation, zero)
                 self.vnni += 1
             else:
                 padding = [int(p) for p in a.padding]

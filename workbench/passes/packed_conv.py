@@ -57,6 +57,11 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
+def to_ohwi(w: np.ndarray, kernel_layout: str) -> np.ndarray:
+    """A conv weight in `kernel_layout` (OIHW, HWIO, OHWI) as [O, KH, KW, C]."""
+    return w.transpose([kernel_layout.index(axis) for axis in "OHWI"])
+
+
 def pack_weight(w_ohwi: np.ndarray, group: int) -> np.ndarray:
     """[O, KH, KW, C] -> [O16/16, KH, KW, Cg/group, 16, group], zero weights in the padding."""
     o, kh, kw, c = w_ohwi.shape

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from workbench.passes.packed_conv import FP32, emit_conv2d
+from workbench.passes.packed_conv import FP32, emit_conv2d, to_ohwi
 from workbench.passes.pipeline import report_analysis
 from workbench.passes.registry import register
-from workbench.passes.rewrite import rewrite_functions
+from workbench.passes.rewrite import rewrite_calls
 
 
 def _why_not(call: relax.Call) -> str | None:
@@ -34,26 +33,10 @@ def _why_not(call: relax.Call) -> str | None:
     return None
 
 
-@mutator
-class _PackConv2d(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule):
-        super().__init__(mod)
-        self.op = tvm.ir.Op.get("relax.nn.conv2d")
-        self.packed = 0
-        self.kept: list[str] = []
-
-    def visit_call_(self, op: relax.Call) -> relax.Expr:
-        call = super().visit_call_(op)
-        if not call.op.same_as(self.op):
-            return call
-        reason = _why_not(call)
-        if reason is not None:
-            self.kept.append(reason)
-            return call
-        self.packed += 1
-        a = call.attrs
-        w_ohwi = call.args[1].value.numpy().transpose([str(a.kernel_layout).index(axis) for axis in "OHWI"])
-        return emit_conv2d(self.builder_, FP32, call.args[0], w_ohwi, a.strides, a.padding, a.dilation)
+def _packed(builder: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    a = call.attrs
+    w_ohwi = to_ohwi(call.args[1].value.numpy(), str(a.kernel_layout))
+    return emit_conv2d(builder, FP32, call.args[0], w_ohwi, a.strides, a.padding, a.dilation)
 
 
 @register("pack_conv2d", "layout")
@@ -61,9 +44,8 @@ def pack_conv2d(_params) -> tvm.transform.Pass:
     """fp32 NHWC conv2d with a constant weight as the packed CPU kernel (weight packed once, 16 channels innermost)."""
 
     def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        rewriter = _PackConv2d(mod)
-        mod = relax.transform.DeadCodeElimination()(rewrite_functions(rewriter, mod))
-        report_analysis(conv2d_packed=rewriter.packed, conv2d_kept=rewriter.kept)
-        return mod
+        mod, packed, kept = rewrite_calls(mod, "relax.nn.conv2d", _why_not, _packed)
+        report_analysis(conv2d_packed=packed, conv2d_kept=kept)
+        return relax.transform.DeadCodeElimination()(mod)
 
     return tvm.transform.module_pass(run, opt_level=0, name="pack_conv2d")
