@@ -7,6 +7,7 @@ import yaml
 
 from workbench.config import apply_override, load_experiment, validate
 from workbench.errors import UserError
+from workbench.passes.pipeline_spec import parse_text
 
 BASE = {"name": "t", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]}}}
 
@@ -66,6 +67,13 @@ def test_load_file_errors(tmp_path):
         load_experiment(write(tmp_path, ""))
     with pytest.raises(UserError, match="expected a mapping"):
         load_experiment(write(tmp_path, "- a\n- b\n"))
+    # PyYAML's int constructor raises a bare ValueError on these literals, in a file, a --set and pipeline text
+    with pytest.raises(UserError, match="malformed YAML: invalid literal"):
+        load_experiment(write(tmp_path, "0b_\n"))
+    with pytest.raises(UserError, match="value is not valid YAML"):
+        load_experiment(write(tmp_path, "name: t\n"), ["measure.repeat=0x_"])
+    with pytest.raises(UserError, match="value of fuse.opt_level is not valid"):
+        parse_text("fuse(opt_level=0b_)")
 
 
 def test_set_overrides_any_dotted_key(tmp_path):

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
 
 from workbench.passes import pipeline_spec
-from workbench.errors import UserError
+from workbench.errors import YAML_ERRORS, UserError
 from workbench.passes.pipeline_spec import PassSpec
 
 BASELINES = ("ort_all", "ort_none", "tvm_default", "tvm_unoptimized")  # the default list
@@ -280,7 +280,7 @@ def read_yaml(path: Path) -> Any:
         raise UserError(f"{path}: config file does not exist")
     try:
         return yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
+    except YAML_ERRORS as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise UserError(f"{path}: malformed YAML{where}: {getattr(exc, 'problem', exc)}") from exc
@@ -293,7 +293,7 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         raise UserError(f"--set {assignment!r}: expected dotted.key=value, e.g. --set model.source=zoo:convnet_small")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
+    except YAML_ERRORS as exc:
         raise UserError(f"--set {assignment!r}: value is not valid YAML ({exc})") from exc
     parts = key.strip().split(".")
     node: Any = data

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.errors import UserError
+from workbench.errors import YAML_ERRORS, UserError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -101,7 +101,7 @@ def _parse_step(step: str, text: str) -> PassSpec:
             raise UserError(f"pipeline text {text!r}: in {name}(...), {arg.strip()!r} is not key=value")
         try:
             params[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError as exc:
+        except YAML_ERRORS as exc:
             raise UserError(f"pipeline text {text!r}: value of {name}.{key.strip()} is not valid: {raw!r}") from exc
     return PassSpec(name=name, params=params)
 
