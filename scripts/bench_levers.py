@@ -38,6 +38,7 @@ from workbench.measure.timing import interleaved_medians
 ROOT = Path(__file__).resolve().parent.parent
 NCHW = "pipeline=fold_constant,fold_batchnorm,fuse,dce"
 UNTUNED = "tuning=null"
+PACKED = "pipeline=fold_constant,fold_batchnorm,convert_layout(conv2d=NHWC),fold_constant,pack_conv2d,fuse,dce"
 
 
 @dataclass
@@ -61,6 +62,9 @@ VARIANTS: dict[str, list[Variant]] = {
         Variant("tuned NHWC first 64/kernel", first=64),
         Variant("tuned NHWC 128/kernel (committed)"),
         Variant("tuned NHWC 128/kernel, compiled for generic x86-64", ["target.mcpu=generic"]),
+        Variant("untuned NHWC + pack_conv2d (fixed schedule)", [PACKED, UNTUNED]),
+        Variant("tuned NHWC + pack_conv2d 16/kernel", [PACKED, "tuning.trials_per_task=16", "tuning.trials=176"],
+                tune_here=True),
     ],
     "transformer_block": [
         Variant("untuned, exact erf and softmax", ["pipeline=fold_constant,fuse,dce", UNTUNED]),
@@ -73,6 +77,9 @@ VARIANTS: dict[str, list[Variant]] = {
         Variant("untuned, no fold_batchnorm, generic x86-64",
                 ["pipeline=fold_constant,fuse,dce", UNTUNED, "target.mcpu=generic"]),
         Variant("untuned, host CPU", [UNTUNED]),
+        Variant("untuned NHWC + pack_conv2d (fixed schedule)",
+                ["pipeline=fold_constant,fold_batchnorm,conv_transpose_as_conv,convert_layout(conv2d=NHWC),"
+                 "fold_constant,pack_conv2d,fuse,dce", UNTUNED]),
         Variant("tuned first 16/kernel", first=16),
         Variant("tuned 32/kernel, conv2d_transpose kept (no conv_transpose_as_conv)",
                 ["pipeline=fold_constant,fold_batchnorm,fuse,dce"]),
@@ -159,6 +166,9 @@ def main() -> None:
             console.print(f"iree: {exc}")
         for variant in VARIANTS[args.config]:
             experiment = variant_experiment(config, variant, Path(scratch), not args.no_tune, console)
+            if variant.tune_here and not experiment.database_root(ROOT).is_dir():
+                console.print(f"{variant.label}: skipped, --no-tune and no database at {experiment.database_root(ROOT)}")
+                continue
             with console.status(f"building {variant.label}"):
                 runners[variant.label], notes[variant.label] = variant_runner(experiment, inputs)
         with console.status(f"timing {len(runners)} labels, {args.rounds} rounds of {args.repeat}"):
