@@ -16,10 +16,10 @@ with z (an explicit pad before the conv) rather than with 0. The bias stays fp32
 after scaling: that equals an int32 bias of scale x_scale*w_scale without rounding the bias to it.
 Where the consumer is fp32 (a pool, the graph output), `y` simply stays fp32.
 
-When the target CPU has AVX-512 VNNI, an ungrouped NHWC conv (and a matmul) is emitted as the workbench's own kernel instead
-(packed_conv.py: pre-packed weight, u8 x s8, the layout `vpdpbusd` reads; symmetric int8 activations are shifted
-to uint8, zero point 128), which MetaSchedule tensorizes. NCHW convs there keep relax conv2d, and the pass says
-that convert_layout(conv2d=NHWC) before quantize would reach the dot product.
+When the target CPU has AVX-512 VNNI, an ungrouped NHWC conv (and a matmul) is emitted as the workbench's
+own kernel instead (packed_conv.py: pre-packed weight, u8 x s8, the layout `vpdpbusd` reads; symmetric int8
+activations are shifted to uint8, zero point 128), which MetaSchedule tensorizes. NCHW convs there keep relax
+conv2d, and the pass says that convert_layout(conv2d=NHWC) before quantize would reach the dot product.
 
 An annotated op this path cannot run in integers keeps its Q/DQ pair (fake quantization, fp32 kernel);
 the pass records which ones and why in its pipeline record (`analysis.int8.kept_fp32`) and logs it.
