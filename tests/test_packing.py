@@ -5,6 +5,7 @@ the kernel (compile/packed_schedule.py), and tuning measuring that schedule firs
 import numpy as np
 import pytest
 import tvm
+from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.build import build_lowered
@@ -13,7 +14,7 @@ from workbench.compile.tune import extract_tasks, tune_tasks, tuning_module
 from workbench.config import TuningConfig
 from workbench.measure.runners import ort_runner, tvm_runner
 from workbench.models import zoo
-from workbench.passes.packed_conv import FP32
+from workbench.passes.packed_conv import DEPTHWISE_FP32, FP32
 from workbench.passes.pipeline import run_pipeline
 from workbench.passes.pipeline_spec import parse_text
 
@@ -24,16 +25,16 @@ from test_precision import calls, eval_inputs, infer
 PACKED = "fold_batchnorm,convert_layout(conv2d=NHWC:OHWI),fold_constant,pack_conv2d"
 
 
-@pytest.mark.parametrize("model, packed, kept", [("convnet_small", 6, 0), ("mobilenet_block", 4, 2)])
-def test_packed_convs_match_onnx_runtime(zoo_relax, llvm, model, packed, kept):
+@pytest.mark.parametrize("model, dense, depthwise", [("convnet_small", 6, 0), ("mobilenet_block", 4, 2)])
+def test_packed_convs_match_onnx_runtime(zoo_relax, llvm, model, dense, depthwise):
     onnx_model, mod = zoo_relax(model)
     graph, records = run_pipeline(mod, parse_text(PACKED), llvm)
-    analysis = records[3].analysis
-    assert analysis["conv2d_packed"] == packed and len(analysis["conv2d_kept"]) == kept
-    assert all(reason.startswith("groups") for reason in analysis["conv2d_kept"])  # depthwise convs stay relax's
-    assert len(calls(graph, "relax.nn.conv2d")) == kept
+    assert records[3].analysis["conv2d_packed"] == dense + depthwise and records[3].analysis["conv2d_kept"] == []
+    assert not calls(graph, "relax.nn.conv2d")
     fused, _ = run_pipeline(graph, parse_text("fuse"), llvm)
-    assert sum(FP32.name in call.args[0].name_hint for call in calls(fused, "relax.call_tir")) == packed
+    kernels = [call.args[0].name_hint for call in calls(fused, "relax.call_tir")]
+    assert sum(name.startswith(f"fused_{FP32.name}") for name in kernels) == dense
+    assert sum(name.startswith(f"fused_{DEPTHWISE_FP32.name}") for name in kernels) == depthwise
     inputs = eval_inputs(zoo.default_inputs(model))
     for got, want in zip(infer(fused, inputs, llvm), ort_runner("ort_none", onnx_model, inputs).infer()):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
@@ -69,3 +70,17 @@ def test_tuning_a_packed_kernel_measures_the_fixed_schedule_first(zoo_relax, llv
     inputs = eval_inputs(zoo.default_inputs("convnet_small"))
     for got, want in zip(tvm_runner("tuned", tuned, inputs, llvm).infer(), infer(graph, inputs, llvm)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_grouped_convs_that_are_not_depthwise_are_kept():
+    """A conv with 2 groups of 8 channels: not one output channel per input channel, so relax's conv2d stays."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, 8, 8, 16], "float32"))
+    with bb.function("main", [x]):
+        weight = relax.const(np.ones((16, 3, 3, 8), "float32"))
+        out = bb.emit(relax.op.nn.conv2d(x, weight, padding=[1, 1, 1, 1], groups=2, data_layout="NHWC",
+                                         kernel_layout="OHWI"))
+        bb.emit_func_output(out)
+    _, records = run_pipeline(bb.get(), parse_text("pack_conv2d"), tvm.target.Target({"kind": "llvm"}))
+    assert records[0].analysis["conv2d_packed"] == 0
+    assert records[0].analysis["conv2d_kept"] == ["groups 2 (needs 1, or depthwise: one output channel per input channel)"]

@@ -18,7 +18,7 @@ from tvm.s_tir import Schedule, ScheduleError
 from tvm.target.codegen import target_has_features
 
 from workbench.compile.x86_int8 import VNNI_DOT_16x4
-from workbench.passes.packed_conv import FP32, KERNEL_MARK, VNNI_U8S8, PackedKind, vnni_target
+from workbench.passes.packed_conv import DEPTHWISE_FP32, FP32, KERNEL_MARK, VNNI_U8S8, PackedKind, vnni_target
 
 log = logging.getLogger("workbench.build")
 def pixels_per_step(target: tvm.target.Target) -> int:
@@ -32,10 +32,10 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int) -> None:
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     conv = next(b for b in blocks if sch.get(b).annotations.get(KERNEL_MARK) == kind.name)
     epilogue = blocks[blocks.index(conv) + 1:]
-    batch, row, col, channel_block, channel, kh, kw, in_block, _ = sch.get_loops(conv)
+    batch, row, col, channel_block, channel, kh, kw, *in_blocks = sch.get_loops(conv)  # depthwise: no in_blocks
     width = int(sch.get(col).extent)
     col_outer, col_inner = sch.split(col, [None, max(f for f in range(1, pixels + 1) if width % f == 0)])
-    sch.reorder(batch, row, channel_block, col_outer, kh, kw, in_block, col_inner, channel)
+    sch.reorder(batch, row, channel_block, col_outer, kh, kw, *in_blocks[:1], col_inner, channel)
     sch.parallel(sch.fuse(batch, row, channel_block))
     for block in epilogue[:-1]:  # elementwise: scale, bias, activation, requantization
         sch.compute_inline(block)
@@ -54,7 +54,7 @@ def packed_kind(func, target: tvm.target.Target) -> PackedKind | None:
     if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs and func.attrs.get("tirx.is_scheduled")):
         return None
     text = func.script()
-    kinds = [FP32] + ([VNNI_U8S8] if vnni_target(target) else [])
+    kinds = [FP32, DEPTHWISE_FP32] + ([VNNI_U8S8] if vnni_target(target) else [])
     return next((kind for kind in kinds if f'"{KERNEL_MARK}": "{kind.name}"' in text), None)
 
 

@@ -42,10 +42,12 @@ class PackedKind:
     weight: str
     acc: str
     group: int
+    depthwise: bool = False  # each output channel reads its own input channel: no input-channel reduction
 
 
 VNNI_U8S8 = PackedKind("conv2d_nhwc_u8s8_vnni", "uint8", "int8", "int32", 4)  # vpdpbusd: 4 byte products per lane
 FP32 = PackedKind("conv2d_nhwc_f32_packed", "float32", "float32", "float32", 1)
+DEPTHWISE_FP32 = PackedKind("dwconv2d_nhwc_f32_packed", "float32", "float32", "float32", 1, depthwise=True)
 
 
 def vnni_target(target: tvm.target.Target | None) -> bool:
@@ -63,7 +65,8 @@ def to_ohwi(w: np.ndarray, kernel_layout: str) -> np.ndarray:
 
 
 def pack_weight(w_ohwi: np.ndarray, group: int) -> np.ndarray:
-    """[O, KH, KW, C] -> [O16/16, KH, KW, Cg/group, 16, group], zero weights in the padding."""
+    """[O, KH, KW, C] -> [O16/16, KH, KW, Cg/group, 16, group], zero weights in the padding (a depthwise weight,
+    C = 1, is packed with group 1)."""
     o, kh, kw, c = w_ohwi.shape
     padded = np.pad(w_ohwi, [(0, _round_up(o, LANES) - o), (0, 0), (0, 0), (0, _round_up(c, group) - c)])
     blocks = padded.reshape(-1, LANES, kh, kw, padded.shape[3] // group, group)
@@ -85,11 +88,21 @@ def conv2d_kernel(kind: PackedKind, data_shape: tuple[int, ...], packed_shape: t
     data = te.placeholder(_int64(data_shape), kind.data, name="data")
     weight = te.placeholder(_int64(packed_shape), kind.weight, name="weight")
     rh, rw = te.reduce_axis(_int64((0, kh)), "rh"), te.reduce_axis(_int64((0, kw)), "rw")
-    rco, rci = te.reduce_axis(_int64((0, co)), "rco"), te.reduce_axis(_int64((0, group)), "rci")
-    acc = te.compute(_int64((n, out_h, out_w, oo, LANES)), lambda b, y, x, o_out, o_in: te.sum(
-        data[b, y * sh + rh * dh, x * sw + rw * dw, rco * group + rci].astype(kind.acc)
-        * weight[o_out, rh, rw, rco, o_in, rci].astype(kind.acc), axis=[rh, rw, rco, rci]), name="conv",
-        attrs={KERNEL_MARK: kind.name})
+    if kind.depthwise:  # input channel = output channel: the reduction is the window only
+        axes = [rh, rw]
+
+        def term(b, y, x, o_out, o_in):
+            return (data[b, y * sh + rh * dh, x * sw + rw * dw, o_out * LANES + o_in].astype(kind.acc)
+                    * weight[o_out, rh, rw, 0, o_in, 0].astype(kind.acc))
+    else:
+        rco, rci = te.reduce_axis(_int64((0, co)), "rco"), te.reduce_axis(_int64((0, group)), "rci")
+        axes = [rh, rw, rco, rci]
+
+        def term(b, y, x, o_out, o_in):
+            return (data[b, y * sh + rh * dh, x * sw + rw * dw, rco * group + rci].astype(kind.acc)
+                    * weight[o_out, rh, rw, rco, o_in, rci].astype(kind.acc))
+    acc = te.compute(_int64((n, out_h, out_w, oo, LANES)), lambda *index: te.sum(term(*index), axis=axes),
+                     name="conv", attrs={KERNEL_MARK: kind.name})
     sch = s_tir.Schedule(te.create_prim_func([data, weight, acc]))
     # one NHWC output buffer, written 16 channels at a time: the block keeps its split iterators
     sch.transform_layout(sch.get_sblock("conv"), ("write", 0), lambda b, y, x, o_out, o_in: (b, y, x, o_out * LANES + o_in))
@@ -99,12 +112,14 @@ def conv2d_kernel(kind: PackedKind, data_shape: tuple[int, ...], packed_shape: t
 
 def emit_conv2d(builder: relax.BlockBuilder, kind: PackedKind, x: relax.Expr, w_ohwi: np.ndarray, strides,
                 padding, dilation, zero: float = 0) -> relax.Expr:
-    """sum(x * w) in the kind's accumulator type, NHWC, for NHWC `x` (padded with `zero`) and an OHWI weight.
+    """sum(x * w) in the kind's accumulator type, NHWC, for NHWC `x` (padded with `zero`) and an OHWI weight
+    ([C, KH, KW, 1] for a depthwise kind).
 
     Returns the kernel's call, unbound (for the caller's binding), or the bound call's slice to O channels."""
     out_channels, _, _, channels = w_ohwi.shape
     top, left, bottom, right = (int(p) for p in padding)
-    extra = _round_up(channels, kind.group) - channels
+    extra = (_round_up(out_channels, LANES) - out_channels if kind.depthwise  # the data is read 16 channels at a time
+             else _round_up(channels, kind.group) - channels)
     if top or left or bottom or right or extra:
         x = builder.emit(relax.op.nn.pad(x, [0, 0, top, bottom, left, right, 0, extra], pad_value=zero))
     packed = pack_weight(w_ohwi, kind.group)

@@ -3,8 +3,9 @@
 relax conv2d legalizes to a plain loop nest that an untuned CPU build runs as it is (convnet_small: 17.5 ms
 against ONNX Runtime's 0.25 ms); the packed kernel gets a fixed register-blocked schedule in the build
 (compile/packed_schedule.py) and MetaSchedule tunes it like any kernel. The weight is packed here, once, to
-[O/16, KH, KW, C, 16] with zero weights padding O to 16. Convs it does not take (NCHW, grouped, a weight that
-is not a constant yet, other dtypes) are kept and listed in the pass's `analysis`.
+[O/16, KH, KW, C, 16] with zero weights padding O to 16; a depthwise conv (one output channel per input
+channel) takes the kernel's depthwise kind, [C/16, KH, KW, 16]. Convs it does not take (NCHW, other grouped
+convs, a weight that is not a constant yet, other dtypes) are kept and listed in the pass's `analysis`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from workbench.passes.packed_conv import FP32, emit_conv2d, to_ohwi
+from workbench.passes.packed_conv import DEPTHWISE_FP32, FP32, emit_conv2d, to_ohwi
 from workbench.passes.pipeline import report_analysis
 from workbench.passes.registry import register
 from workbench.passes.rewrite import rewrite_calls
+
+
+def _depthwise(call: relax.Call) -> bool:
+    """groups == input channels == output channels (NHWC): each output channel reads only its own input channel."""
+    return int(call.attrs.groups) > 1 and int(call.attrs.groups) == int(call.args[0].ty.shape[3]) == int(call.ty.shape[3])
 
 
 def _why_not(call: relax.Call) -> str | None:
@@ -23,8 +29,8 @@ def _why_not(call: relax.Call) -> str | None:
     a = call.attrs
     if str(a.data_layout) != "NHWC" or str(a.out_layout or a.data_layout) != "NHWC":
         return f"layout {a.data_layout} (needs NHWC: run convert_layout(conv2d=NHWC) first)"
-    if int(a.groups) != 1:
-        return f"groups {int(a.groups)} (needs 1)"
+    if int(a.groups) != 1 and not _depthwise(call):
+        return f"groups {int(a.groups)} (needs 1, or depthwise: one output channel per input channel)"
     if not isinstance(call.args[1], tvm.ir.expr.Constant):
         return "weight is not a constant (run fold_constant after convert_layout)"
     dtypes = {str(call.args[0].ty.dtype), str(call.args[1].ty.dtype), str(call.ty.dtype)}
@@ -36,7 +42,8 @@ def _why_not(call: relax.Call) -> str | None:
 def _packed(builder: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
     a = call.attrs
     w_ohwi = to_ohwi(call.args[1].value.numpy(), str(a.kernel_layout))
-    return emit_conv2d(builder, FP32, call.args[0], w_ohwi, a.strides, a.padding, a.dilation)
+    kind = DEPTHWISE_FP32 if _depthwise(call) else FP32
+    return emit_conv2d(builder, kind, call.args[0], w_ohwi, a.strides, a.padding, a.dilation)
 
 
 @register("pack_conv2d", "layout")
