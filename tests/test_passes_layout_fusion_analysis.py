@@ -68,6 +68,18 @@ def test_convert_layout_nhwc_changes_conv_layouts_and_keeps_numerics(convnet_fol
     assert_matches_ort(model, converted, llvm)
 
 
+def test_convert_layout_takes_the_frontends_clips_along(zoo_relax, llvm):
+    """mobilenet_block's four Clips (two call_tir, two relax.clip from the ONNX frontend) become maximum/minimum and
+    follow NHWC: only the graph input and output are transposed (the weights folded), none around a Clip."""
+    model, mod = zoo_relax("mobilenet_block")
+    converted, records = run(mod, "fold_constant,fold_batchnorm,convert_layout(conv2d=NHWC),fold_constant", llvm)
+    ops = records[-1].ops_after
+    assert "relax.clip" not in ops and "relax.call_tir" not in ops
+    assert ops["relax.maximum"] == ops["relax.minimum"] == 4
+    assert ops["relax.permute_dims"] == 3  # the input to NHWC (twice: the residual reads it too), the output back
+    assert_matches_ort(model, converted, llvm)
+
+
 def test_convert_layout_explicit_kernel_layout(convnet_folded, llvm):
     _, folded, _ = convnet_folded
     converted, _ = run(folded, "convert_layout(conv2d=[NHWC,OHWI])", llvm, stats=False)

@@ -88,12 +88,14 @@ def test_fp16_runs_in_half_and_stays_close(name, zoo_relax, fp32_outputs, llvm):
 
 def test_fp16_takes_clip_from_the_onnx_frontend(zoo_relax, llvm):
     """TVM's ONNX frontend lowers Clip to call_tir (TE maximum/minimum), on which ToMixedPrecision fails
-    ("Expected TensorType"); fp16 turns them back into Relax ops, which ToMixedPrecision handles like any elementwise op."""
+    ("Expected TensorType"), or to relax.clip; fp16 turns both into relax.maximum/minimum, which ToMixedPrecision
+    handles like any elementwise op."""
     mod = zoo_relax("mobilenet_block")[1]
     assert any(isinstance(v, relax.Call) and v.op.name == "relax.call_tir" for v in bindings(mod).values())
     out, records = run_pipeline(mod, parse_text("fp16"), llvm)
     assert records[0].ops_before["relax.call_tir"] == 4 and "relax.call_tir" not in records[0].ops_after
-    assert len(calls(out, "relax.maximum")) == len(calls(out, "relax.minimum")) == 2  # the two Clips
+    assert records[0].ops_before["relax.clip"] == 2 and "relax.clip" not in records[0].ops_after
+    assert len(calls(out, "relax.maximum")) == len(calls(out, "relax.minimum")) == 4  # the four Clips
     # (they follow their input: here fp32, after the fp32-accumulated conv + bias; numerics in the test above)
 
 

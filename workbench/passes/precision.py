@@ -12,13 +12,13 @@ from typing import Literal
 
 import numpy as np
 import tvm
-import tvm_ffi
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from workbench.errors import UserError
 from workbench.passes import calibration
+from workbench.passes.clip import clip_as_ops
 from workbench.passes.int8 import lower_int8
 from workbench.passes.pipeline import report_analysis
 from workbench.passes.registry import register
@@ -105,55 +105,13 @@ class _FoldConstCasts(PyExprMutator):
         return rewrite_functions(self, self.mod_)
 
 
-def _elementwise_max_min(func: tvm.tirx.PrimFunc) -> str | None:
-    """`relax.maximum`/`relax.minimum` when `func` is one loop nest storing a max/min (TE's topi.maximum/
-    minimum), else None. Follows `.body`/`.block` down to the single store; any branching gives None."""
-    node = func.body
-    while not isinstance(node, tvm.tirx.BufferStore):
-        node = getattr(node, "block", None) or getattr(node, "body", None)
-        if node is None or isinstance(node, tvm.tirx.SeqStmt) or len(func.params) != 3:
-            return None
-    return {tvm.tirx.Max: "relax.maximum", tvm.tirx.Min: "relax.minimum"}.get(type(node.value))
-
-
-@mutator
-class _ClipAsOps(PyExprMutator):
-    """call_tir(TE maximum/minimum) -> relax.maximum/minimum. TVM's ONNX frontend lowers Clip straight to
-    call_tir, and ToMixedPrecision fails on any call_tir ("Expected TensorType" for the callee)."""
-
-    def __init__(self, mod: tvm.IRModule):
-        super().__init__(mod)
-        self.mod_ = mod
-        self.call_tir = tvm.ir.Op.get("relax.call_tir")
-
-    def visit_call_(self, call: relax.Call) -> relax.Expr:
-        call = self.visit_expr_post_order(call)
-        if not call.op.same_as(self.call_tir) or not isinstance(call.args[0], relax.GlobalVar):
-            return call
-        func = self.mod_[call.args[0]]
-        op = _elementwise_max_min(func) if isinstance(func, tvm.tirx.PrimFunc) else None
-        args = call.args[1]
-        if op is None or not isinstance(args, relax.Tuple) or len(args.fields) != 2:
-            return call
-        replaced = relax.Call(tvm.ir.Op.get(op), list(args.fields))
-        return replaced if _same_tensor_type(self.builder_.normalize(replaced), call) else call
-
-    def run(self) -> tvm.IRModule:
-        return relax.transform.DeadCodeElimination()(rewrite_functions(self, self.mod_))
-
-
-def _same_tensor_type(a: relax.Expr, b: relax.Expr) -> bool:
-    return isinstance(a.ty, relax.TensorType) and _tensor_dtype(a) == _tensor_dtype(b) and \
-        tvm_ffi.structural_hash(a.ty) == tvm_ffi.structural_hash(b.ty)
-
-
 @register("fp16", "precision", Fp16Params)
 def fp16(params: Fp16Params) -> tvm.transform.Pass:
     """FP16 mixed precision (TVM's ToMixedPrecision): conv2d/matmul and what follows them run in fp16."""
     keep = [_op_name(n) for n in params.keep_fp32]
 
     def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        mod = _ClipAsOps(mod).run()
+        mod = clip_as_ops(mod)
         with _policies({**_FOLLOWING, **{name: _NEVER for name in keep}}):
             mod = relax.transform.ToMixedPrecision(out_dtype=params.out_dtype)(mod)
         return _FoldConstCasts(mod).run() if params.fold_casts else mod
