@@ -1,12 +1,13 @@
 """The schedule an untuned packed conv kernel (passes/packed_conv.py) gets in a CPU build.
 
-A row of up to 8 output pixels (4 without AVX-512) x 16 output channels accumulates while each weight block is loaded once:
-for int8 on a VNNI CPU one `vpdpbusd` per pixel and 4 input channels (tensorized with compile/x86_int8.py's
-intrinsic), for fp32 one 16-lane FMA per pixel and input channel (LLVM vectorizes the 16 channels). Rows x
-channel blocks run in parallel, and the fused epilogue (scale, bias, activation, requantization) is computed per
-8 pixels, vectorized. Measured on convnet_small (rocketlake): int8 0.24 ms against 0.21 ms after 16 tuned
-trials per kernel; fp32 0.42 ms against 17.5 ms for the untuned relax conv2d build (and 1.25 ms after 16 trials
-of MetaSchedule's own search; tuning now measures this schedule first, see tune.py).
+A row of up to 8 output pixels (4 without AVX-512) x 16 output channels accumulates while each weight block is
+loaded once: for int8 on a VNNI CPU one `vpdpbusd` per pixel and 4 input channels (tensorized with
+compile/x86_int8.py's intrinsic), for fp32 one 16-lane FMA per pixel and input channel (LLVM vectorizes the 16
+channels). Rows x channel blocks run in parallel, and the fused epilogue (scale, bias, activation,
+requantization) is computed per 8 pixels, vectorized. Measured on convnet_small (rocketlake): int8 0.24 ms
+against 0.21 ms after 16 tuned trials per kernel; fp32 0.42 ms against 17.5 ms for the untuned relax conv2d
+build (and 1.25 ms after 16 trials of MetaSchedule's own search; tuning now measures this schedule first, see
+tune.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from workbench.compile.x86_int8 import VNNI_DOT_16x4
 from workbench.passes.packed_conv import DEPTHWISE_FP32, FP32, KERNEL_MARK, VNNI_U8S8, PackedKind, vnni_target
 
 log = logging.getLogger("workbench.build")
+
+
 def pixels_per_step(target: tvm.target.Target) -> int:
     """Output pixels whose 16-channel sums one weight block is used for: 8 zmm accumulators on AVX-512; on AVX2
     16 channels are two ymm registers, so 4 pixels keep the sums in registers."""

@@ -50,8 +50,8 @@ from tvm.s_tir.analysis import estimate_tir_flops
 
 from workbench.atomic import atomic_write_json
 from workbench.compile.build import legalized
-from workbench.compile.packed_schedule import default_schedule
 from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE
+from workbench.compile.packed_schedule import default_schedule
 from workbench.compile.x86_int8 import VNNI_DOT_16x4
 from workbench.config import TuningConfig
 from workbench.errors import UserError

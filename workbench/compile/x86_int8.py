@@ -51,4 +51,3 @@ def _vnni_16x4(
 
 
 TensorIntrin.register(VNNI_DOT_16x4, _dot_16x4_desc, _vnni_16x4)
-
