@@ -9,7 +9,7 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.build import build_lowered
-from workbench.compile.packed_schedule import default_schedule
+from workbench.compile.default_schedule import default_schedule
 from workbench.compile.tune import extract_tasks, tune_tasks, tuning_module
 from workbench.config import TuningConfig
 from workbench.measure.runners import ort_runner, tvm_runner

@@ -80,6 +80,37 @@ def test_convert_layout_takes_the_frontends_clips_along(zoo_relax, llvm):
     assert_matches_ort(model, converted, llvm)
 
 
+def affine_convnet():
+    """x [1, 4, 10, 10] -> Conv -> Mul(scale, .) -> Add(., shift) -> Conv, scale and shift of shape (1,) and the
+    scale first: rapidocr det's LearnableAffineBlock as Paddle exports it."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    arrays = {"w1": rng.standard_normal((8, 4, 3, 3)), "w2": rng.standard_normal((6, 8, 1, 1)),
+              "scale": np.array([1.7]), "shift": np.array([-0.3])}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["scale", "c1"], ["m"]), helper.make_node("Add", ["m", "shift"], ["a"]),
+             helper.make_node("Conv", ["a", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "affine", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 10, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(v.astype("float32"), k) for k, v in arrays.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_convert_layout_takes_rank_1_constants_given_first_along(llvm):
+    """`Mul(scale, x)` with a (1,) scale: ConvertLayout alone keeps it NCHW in a transpose pair; with the constant
+    second at full rank only the input and output are transposed."""
+    from workbench.models.importer import import_to_relax
+
+    model = affine_convnet()
+    mod = import_to_relax(model)
+    plain = relax.transform.FoldConstant()(relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})(mod))
+    assert count_ops(plain)["relax.permute_dims"] == 4  # TVM's pass alone: in, out, and a pair around the Mul
+    converted, records = run(mod, "convert_layout(conv2d=NHWC),fold_constant", llvm)
+    assert records[-1].ops_after["relax.permute_dims"] == 2
+    assert_matches_ort(model, converted, llvm)
+
+
 def test_convert_layout_explicit_kernel_layout(convnet_folded, llvm):
     _, folded, _ = convnet_folded
     converted, _ = run(folded, "convert_layout(conv2d=[NHWC,OHWI])", llvm, stats=False)

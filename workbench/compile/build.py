@@ -28,7 +28,7 @@ from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.relax.backend.cuda import pipeline as cuda_backend
 
-from workbench.compile.packed_schedule import default_packed_schedule  # also registers the VNNI dot product
+from workbench.compile.default_schedule import default_cpu_schedule  # also registers the VNNI dot product
 from workbench.passes.cuda_graph import CUDA_GRAPH_ATTR
 from workbench.passes.pipeline import count_kernels
 
@@ -55,10 +55,10 @@ def _backend(target: tvm.target.Target):
 
 def _schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     """Kernels the database did not schedule: GPU kernels need a thread binding (dlight's default rules, the ones
-    TVM's cuda pipeline uses); on CPUs only the packed conv kernels get one (packed_schedule.py), the rest need
-    none."""
+    TVM's cuda pipeline uses); on CPUs each kernel its default schedule (default_schedule.py: packed convs
+    register-blocked, elementwise ops and reductions parallel and vectorized, contractions plain loops)."""
     if target.kind.name != "cuda":
-        return [default_packed_schedule(target)]
+        return [default_cpu_schedule(target)]
     from tvm.s_tir import dlight as dl
 
     return [dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
@@ -81,9 +81,13 @@ def _weight_layout_passes() -> list[tvm.transform.Pass]:
 
 
 def _tail_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
-    """Schedule GPU kernels the database did not cover, then TVM's dataflow lowering and VM finalization."""
+    """Schedule the kernels the database did not cover, then TVM's dataflow lowering and VM finalization.
+
+    A scheduled kernel that only moves data as a reshape does (a transpose of unit axes, once inlined) becomes a
+    VM reshape (no copy); DeadCodeElimination then drops its PrimFunc, so the build's kernels are the ones run."""
     backend = _backend(target)
-    return _schedule_passes(target) + backend.dataflow_lower_passes(target) + backend.finalize_passes(target)
+    return (_schedule_passes(target) + [relax.transform.RewriteDataflowReshape(), relax.transform.DeadCodeElimination()]
+            + backend.dataflow_lower_passes(target) + backend.finalize_passes(target))
 
 
 def _lowering_passes(target: tvm.target.Target, tuned: bool = False) -> list[tvm.transform.Pass]:

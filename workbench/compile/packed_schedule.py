@@ -19,7 +19,7 @@ from tvm.s_tir import Schedule, ScheduleError
 from tvm.target.codegen import target_has_features
 
 from workbench.compile.x86_int8 import VNNI_DOT_16x4
-from workbench.passes.packed_conv import DEPTHWISE_FP32, FP32, KERNEL_MARK, VNNI_U8S8, PackedKind, vnni_target
+from workbench.passes.packed_conv import DEPTHWISE_FP32, FP32, KERNEL_MARK, VNNI_U8S8, PackedKind
 
 log = logging.getLogger("workbench.build")
 
@@ -52,21 +52,15 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int) -> None:
         sch.tensorize(channel, VNNI_DOT_16x4)
 
 
-def packed_kind(func, target: tvm.target.Target) -> PackedKind | None:
-    """The packed kernel `func` holds and this target can schedule, if it is not scheduled already."""
-    if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs and func.attrs.get("tirx.is_scheduled")):
-        return None
+def packed_kind(func: tvm.tirx.PrimFunc) -> PackedKind | None:
+    """The packed kernel `func` holds, if any."""
     text = func.script()
-    kinds = [FP32, DEPTHWISE_FP32] + ([VNNI_U8S8] if vnni_target(target) else [])
-    return next((kind for kind in kinds if f'"{KERNEL_MARK}": "{kind.name}"' in text), None)
+    return next((kind for kind in (FP32, DEPTHWISE_FP32, VNNI_U8S8) if f'"{KERNEL_MARK}": "{kind.name}"' in text), None)
 
 
-def default_schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> Schedule | None:
-    """The fixed schedule of a packed kernel (its trace replays on the kernel, as a database record's does), or
-    None when `func` holds none or the schedule does not fit it (logged)."""
-    kind = packed_kind(func, target)
-    if kind is None:
-        return None
+def packed_schedule(func: tvm.tirx.PrimFunc, kind: PackedKind, target: tvm.target.Target) -> Schedule | None:
+    """The fixed schedule of a packed kernel of `kind` (its trace replays on the kernel, as a database record's
+    does), or None when the schedule does not fit it (logged)."""
     sch = Schedule(tvm.IRModule({"main": func}))
     try:
         _schedule(sch, kind, pixels_per_step(target))
@@ -74,17 +68,3 @@ def default_schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> Sche
         log.warning("%s keeps plain loops: %s", kind.name, str(exc).splitlines()[0])
         return None
     return sch
-
-
-def default_packed_schedule(target: tvm.target.Target) -> tvm.transform.Pass:
-    """Schedule the packed conv kernels no database covered (VNNI ones only on a VNNI CPU: elsewhere they stay
-    plain loops)."""
-
-    def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        for gv, func in list(mod.functions.items()):
-            sch = default_schedule(func, target)
-            if sch is not None:
-                mod[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
-        return mod
-
-    return tvm.transform.module_pass(run, opt_level=0, name="default_packed_schedule")

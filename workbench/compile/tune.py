@@ -51,7 +51,7 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from workbench.atomic import atomic_write_json
 from workbench.compile.build import legalized
 from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE
-from workbench.compile.packed_schedule import default_schedule
+from workbench.compile.default_schedule import default_schedule
 from workbench.compile.x86_int8 import VNNI_DOT_16x4
 from workbench.config import TuningConfig
 from workbench.errors import UserError
@@ -416,9 +416,10 @@ class _Interrupts:
 
 def measure_default_schedule(task: ms.ExtractedTask, target: tvm.target.Target, database: ms.database.Database,
                              builder: ms.builder.Builder, runner: ms.runner.Runner) -> bool:
-    """Measure the fixed schedule an untuned build gives a packed conv kernel (compile/packed_schedule.py) and commit
-    it as the task's first record, so the evolutionary search starts from it (it seeds its population with the
-    database's best) rather than from random tilings. False for other kernels, or if it failed to build or run."""
+    """Measure the schedule an untuned build gives the kernel (compile/default_schedule.py) and commit it as the
+    task's first record, so the evolutionary search starts from it (it seeds its population with the database's
+    best) rather than from random tilings, and a tuned kernel is never slower than the untuned one. False for
+    kernels without one (contractions in plain loops), or if it failed to build or run."""
     schedule = default_schedule(task.dispatched[0]["main"], target)
     if schedule is None:
         return False

@@ -8,6 +8,7 @@ from tvm import relax
 
 from workbench.errors import UserError
 from workbench.passes.clip import clip_as_ops
+from workbench.passes.operands import constants_last
 from workbench.passes.registry import register
 from workbench.passes.pipeline import count_ops, report_analysis
 
@@ -91,13 +92,15 @@ def _refuse_unlowerable_transposes(mod: tvm.IRModule) -> None:
 def convert_layout(params: ConvertLayoutParams) -> tvm.transform.Pass:
     """Convert ops to layouts, op=layout: conv2d=NHWC (conv1d/2d/3d; kernel layout chosen: HWIO), pools follow.
 
-    The frontend's Clip call_tirs become relax.maximum/minimum first (clip.py), so they follow too."""
+    The frontend's Clip call_tirs become relax.maximum/minimum first (clip.py), and constant operands come
+    second at full rank (operands.py), so they follow too."""
     desired = {f"relax.nn.{op}": _pair(op, value) for op, value in params.layouts().items()}
     inner = relax.transform.ConvertLayout(desired)
 
     def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         before = layout_ops(mod)
-        mod = inner(clip_as_ops(mod))  # the frontend's Clip call_tirs would stay NCHW inside transpose pairs
+        # else Clips and `Mul(scale, x)` stay NCHW in transpose pairs
+        mod = inner(constants_last(clip_as_ops(mod), {len(pair[0]) for pair in desired.values()}))
         _refuse_unlowerable_transposes(mod)
         report_analysis(layout_ops_before=before, layout_ops_after=layout_ops(mod),
                         desired={op: "/".join(pair) for op, pair in desired.items()})

@@ -1,0 +1,101 @@
+"""The default schedule untuned CPU kernels get (compile/loop_schedule.py): elementwise stages inlined, outer loops
+parallel, the contiguous inner loop vectorized; contractions left alone. Loops counted, outputs against numpy."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from workbench.compile.build import build_lowered, legalized
+from workbench.compile.default_schedule import default_schedule
+from workbench.compile.loop_schedule import loop_schedule
+from workbench.measure.runners import tvm_runner
+from workbench.passes.pipeline import run_pipeline
+from workbench.passes.pipeline_spec import parse_text
+
+
+def module(shape, body):
+    """A Relax module of one input `x` of `shape` whose output is `body(x)`, fused into kernels."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(body(x))
+        bb.emit_func_output(out)
+    fused, _ = run_pipeline(bb.get(), parse_text("fuse"), tvm.target.Target({"kind": "llvm"}), stats=False)
+    return fused
+
+
+def kernels(mod, target, named=False):
+    """The legalized kernels of `mod` (name -> kernel with `named`)."""
+    found = {gv.name_hint: func for gv, func in legalized(mod, target).functions.items()
+             if isinstance(func, tvm.tirx.PrimFunc)}
+    return found if named else list(found.values())
+
+
+def loops_and_blocks(func):
+    """(the kinds of the loops around each block, the blocks below the root) of a kernel."""
+    sch = tvm.s_tir.Schedule(func)
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    kinds = [tvm.tirx.ForKind(int(sch.get(loop).kind)).name for block in blocks for loop in sch.get_loops(block)]
+    return kinds, [sch.get(block).name_hint for block in blocks]
+
+
+@pytest.fixture(scope="module")
+def avx512():
+    return tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
+
+
+def run_built(mod, target, data):
+    built = build_lowered(mod, target)
+    return tvm_runner("t", built, {"x": data}, tvm.target.Target({"kind": "llvm"})).infer()[0]
+
+
+def test_fused_elementwise_kernel_becomes_one_parallel_vectorized_loop_nest(avx512):
+    mod = module((1, 48, 40, 40), lambda x: relax.op.nn.relu(
+        relax.op.add(relax.op.permute_dims(x, [0, 2, 3, 1]), relax.const(0.5, "float32"))))
+    (func,) = kernels(mod, avx512)
+    assert len(loops_and_blocks(func)[1]) == 3  # transpose, add, relu
+    kinds, blocks = loops_and_blocks(loop_schedule(func, avx512).mod["main"])
+    assert len(blocks) == 1 and "PARALLEL" in kinds and "VECTORIZED" in kinds
+    data = np.random.default_rng(0).normal(size=(1, 48, 40, 40)).astype("float32")
+    np.testing.assert_allclose(run_built(mod, avx512, data), np.maximum(data.transpose(0, 2, 3, 1) + 0.5, 0))
+
+
+def test_nhwc_mean_reads_channels_contiguously_inside_the_reduction(avx512):
+    """A mean over H and W of an NHWC tensor: the channel loop moves inside the reduction loops, vectorized, and its
+    outer part runs in parallel (as plain loops it strides C apart on every step)."""
+    mod = module((1, 80, 80, 96), lambda x: relax.op.mean(x, axis=[1, 2], keepdims=True))
+    (func,) = kernels(mod, avx512)
+    sch = loop_schedule(func, avx512)
+    reduction = next(b for b in sch.get_child_blocks(sch.get_sblock("root")) if "red" in sch.get(b).name_hint)
+    loops = [sch.get(loop) for loop in sch.get_loops(reduction)]
+    kinds = [tvm.tirx.ForKind(int(loop.kind)) for loop in loops]
+    assert kinds[-1] == tvm.tirx.ForKind.VECTORIZED and int(loops[-1].extent) == 16  # 16 fp32 lanes of a zmm
+    assert kinds[0] == tvm.tirx.ForKind.PARALLEL and int(loops[0].extent) == 96 // 16
+    assert [int(loop.extent) for loop in loops[1:-1]] == [80, 80]  # H, W reduced around the channels
+    data = np.random.default_rng(1).normal(size=(1, 80, 80, 96)).astype("float32")
+    np.testing.assert_allclose(run_built(mod, avx512, data), data.mean(axis=(1, 2), keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_contractions_keep_plain_loops(llvm):
+    weight = np.random.default_rng(2).normal(size=(32, 16)).astype("float32")
+    mod = module((8, 32), lambda x: relax.op.matmul(x, relax.const(weight)))
+    (func,) = kernels(mod, llvm)
+    assert loop_schedule(func, llvm) is None and default_schedule(func, llvm) is None
+
+
+def test_untuned_build_schedules_every_kernel_but_contractions(zoo_relax, llvm):
+    """mobilenet_block untuned: its mean and reshape get the default schedule, its convs (NCHW, relax conv2d) and
+    matmul none; the build still matches ONNX Runtime."""
+    from workbench.measure.runners import ort_runner
+
+    model, mod = zoo_relax("mobilenet_block")
+    optimized, _ = run_pipeline(mod, parse_text("fold_constant,fold_batchnorm,fuse,dce"), llvm, stats=False)
+    funcs = kernels(optimized, llvm, named=True)
+    scheduled = {name for name, func in funcs.items() if default_schedule(func, llvm) is not None}
+    contractions = {name for name in funcs if "conv2d" in name or "matmul" in name}  # the SE block's matmuls
+    assert len(contractions) == 6 and scheduled == set(funcs) - contractions
+    data = np.random.default_rng(3).uniform(size=(1, 16, 56, 56)).astype("float32")
+    reference = ort_runner("ort_none", model, {"x": data}).infer()[0]
+    np.testing.assert_allclose(run_built(optimized, llvm, data), reference, rtol=1e-4, atol=1e-4)

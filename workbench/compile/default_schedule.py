@@ -1,0 +1,40 @@
+"""The schedule each CPU kernel no database covered gets: packed convs their fixed register-blocked schedule
+(packed_schedule.py), elementwise ops and one-input reductions inlined, parallel and vectorized
+(loop_schedule.py); contractions keep plain loops. Tuning measures the same schedule as each task's first
+record (tune.py), so a tuned build starts from what an untuned one runs."""
+
+from __future__ import annotations
+
+import tvm
+from tvm.s_tir import Schedule
+
+from workbench.compile.loop_schedule import loop_schedule
+from workbench.compile.packed_schedule import packed_kind, packed_schedule
+from workbench.passes.packed_conv import VNNI_U8S8, vnni_target
+
+
+def default_schedule(func, target: tvm.target.Target) -> Schedule | None:
+    """The default schedule of a CPU kernel, or None (already scheduled, a contraction, a VNNI kernel on a
+    CPU without VNNI, or a schedule that does not fit)."""
+    if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs and func.attrs.get("tirx.is_scheduled")):
+        return None
+    kind = packed_kind(func)
+    if kind is None:
+        return loop_schedule(func, target)
+    if kind == VNNI_U8S8 and not vnni_target(target):
+        return None
+    return packed_schedule(func, kind, target)
+
+
+def default_cpu_schedule(target: tvm.target.Target) -> tvm.transform.Pass:
+    """Give every CPU kernel no database covered its default schedule."""
+
+    def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        mod = mod.clone()  # the caller's module (the build's legalized one, read for coverage after) stays as it was
+        for gv, func in list(mod.functions.items()):
+            sch = default_schedule(func, target)
+            if sch is not None:
+                mod[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+        return mod
+
+    return tvm.transform.module_pass(run, opt_level=0, name="default_cpu_schedule")

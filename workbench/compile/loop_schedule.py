@@ -1,0 +1,130 @@
+"""The schedule an untuned CPU kernel that is neither a packed conv nor a contraction gets: inlined, parallel,
+vectorized.
+
+TVM's CPU pipeline leaves untuned kernels as plain loops: one thread, intermediate buffers between the fused
+ops, and reductions walking memory in whatever order the op's axes come. On rapidocr det in NHWC with packed
+convs that left ~60% of the untuned time in such kernels (a pixel shuffle 17.6 ms, an NHWC mean over H and W
+11.2 ms, striding C apart on every step). Here each elementwise stage is inlined into its consumer, the outer
+loops run in parallel and the innermost, contiguous one is vectorized; a reduction whose read is contiguous
+along a spatial axis (NHWC mean over H, W) has that axis moved inside the reduction loops and vectorized.
+Contractions (a reduction over two or more inputs: convs, matmuls) are left as they were: their loops are
+MetaSchedule's (and packed_conv.py's) job, and a fixed tiling here would be worse than LLVM's on some.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import tvm
+from tvm.s_tir import Schedule, ScheduleError
+from tvm.s_tir.dlight.analysis import SBlockInfo, normalize_prim_func
+from tvm.s_tir.dlight.analysis.common_analysis import collect_vars_used_in_prim_expr
+from tvm.s_tir.dlight.base.common_schedules import try_inline
+from tvm.target.codegen import llvm_get_vector_width
+
+log = logging.getLogger("workbench.build")
+MIN_PARALLEL_ITERATIONS = 1 << 14  # below it a thread pool launch costs more than it buys
+MAX_WHOLE_VECTOR = 64  # an innermost loop this short, not a multiple of the vector width, is vectorized whole
+
+
+def _extent(sch: Schedule, loop) -> int | None:
+    extent = sch.get(loop).extent
+    return int(extent) if isinstance(extent, tvm.tirx.IntImm) else None
+
+
+def _lanes(sch: Schedule, block, target: tvm.target.Target) -> int:
+    bits = sch.get(block).writes[0].source.dtype.bits
+    return max(2, max(llvm_get_vector_width(target), 128) // bits)
+
+
+def _vectorize(sch: Schedule, loop, lanes: int) -> None:
+    """Vectorize `loop`: in vector-width pieces when it divides, whole when short, else leave it to LLVM."""
+    extent = _extent(sch, loop)
+    if extent is None or extent < 2:
+        return
+    if extent % lanes == 0 and extent > lanes:
+        loop = sch.split(loop, [None, lanes])[1]
+    elif extent > MAX_WHOLE_VECTOR:
+        return
+    sch.vectorize(loop)
+
+
+def _parallel(sch: Schedule, loops: list, work: int) -> None:
+    """Run `loops` (outermost first, fused) in parallel when the kernel does enough work for it."""
+    if loops and work >= MIN_PARALLEL_ITERATIONS:
+        sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
+
+
+def _iterations(sch: Schedule, loops: list) -> int:
+    total = 1
+    for loop in loops:
+        total *= _extent(sch, loop) or 1
+    return total
+
+
+def _schedule_injective(sch: Schedule, info: SBlockInfo, target: tvm.target.Target) -> None:
+    loops = sch.get_loops(info.block_rv)
+    if not loops:  # a scalar
+        return
+    _parallel(sch, loops[:-1], _iterations(sch, loops))
+    _vectorize(sch, sch.get_loops(info.block_rv)[-1], _lanes(sch, info.block_rv, target))
+
+
+def _contiguous_spatial(sch: Schedule, info: SBlockInfo) -> int | None:
+    """The position of the spatial iter that indexes the last dimension of the reduction's read, if it has one
+    read (after inlining: a layer norm's variance reads its input and the mean) and one such iter."""
+    reads = sch.get(info.block_rv).reads
+    if len(reads) != 1:
+        return None
+    used = collect_vars_used_in_prim_expr(reads[0].region[-1].min)
+    spatial = [i for i, it in enumerate(info.iters) if it.kind == "S" and it.var in used]
+    return spatial[-1] if len(spatial) == 1 and not any(it.var in used for it in info.iters if it.kind == "R") \
+        else None
+
+
+def _schedule_reduction(sch: Schedule, info: SBlockInfo, target: tvm.target.Target) -> None:
+    """A one-input reduction: walk its read contiguously (the spatial axis that indexes the read's last
+    dimension innermost, vectorized, split in parallel), or else run its spatial loops in parallel."""
+    loops = [it.loop_rv for it in info.iters]
+    work = _iterations(sch, loops)
+    spatial = [loop for loop, it in zip(loops, info.iters) if it.kind == "S"]
+    reduction = [loop for loop, it in zip(loops, info.iters) if it.kind == "R"]
+    inner = _contiguous_spatial(sch, info)
+    if inner is None:
+        sch.reorder(*spatial, *reduction)
+        _parallel(sch, spatial, work)
+        return
+    lanes = _lanes(sch, info.block_rv, target)
+    channel = loops[inner]
+    outer_spatial = [loop for loop in spatial if not loop.same_as(channel)]
+    extent = _extent(sch, channel) or 0
+    if extent % lanes == 0 and extent > lanes:
+        channel_outer, channel = sch.split(channel, [None, lanes])
+        outer_spatial.append(channel_outer)
+    sch.reorder(*outer_spatial, *reduction, channel)
+    _parallel(sch, outer_spatial, work)
+    _vectorize(sch, channel, lanes)  # the init stays in the block: vectorize refuses a decomposed update
+
+
+def loop_schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> Schedule | None:
+    """The inline/parallel/vectorize schedule of `func` (its trace replays on the kernel, as a database
+    record's does), or None for contractions and kernels not in TVM's normal form (one loop per block iter,
+    each spatial or a reduction)."""
+    sch = Schedule(tvm.IRModule({"main": func}))
+    infos = normalize_prim_func(sch)
+    if not infos or any(it.kind == "O" for info in infos for it in info.iters):
+        return None
+    reads = [len(sch.get(info.block_rv).reads) for info in infos if not info.is_injective()]
+    if any(count != 1 for count in reads):
+        return None
+    try:
+        for info in try_inline(sch, infos):
+            if info.is_injective():
+                _schedule_injective(sch, info, target)
+            else:
+                _schedule_reduction(sch, info, target)
+    except (ScheduleError, TypeError) as exc:  # TypeError: TVM 0.27 failing to word some errors
+        log.warning("%s keeps plain loops: %s", func.attrs.get("global_symbol", "a kernel") if func.attrs else "a kernel",
+                    str(exc).splitlines()[0])
+        return None
+    return sch
