@@ -1,6 +1,7 @@
 """Per-kernel profiles: the workbench build's kernels timed in the VM, ONNX Runtime's nodes from its trace."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,9 @@ def test_tvm_profile_times_every_kernel_of_the_build_once_per_inference(convnet)
     kernels = {gv.name_hint for gv, func in built.lowered.functions.items() if isinstance(func, tvm.tirx.PrimFunc)}
     names = {k.name for k in profile.kernels}
     assert names - {VM_BUILTINS} == kernels  # every kernel the build calls, nothing else but the VM's builtins
-    assert all(k.calls == 1 for k in profile.kernels if k.name != VM_BUILTINS)
+    main_text = built.lowered["main"].script()
+    assert all(k.calls == len(re.findall(rf"\b{k.name}\(", main_text))  # once per call site (a pad serves 3 convs)
+               for k in profile.kernels if k.name != VM_BUILTINS)
     assert [k.us for k in profile.kernels] == sorted((k.us for k in profile.kernels), reverse=True)
     assert profile.kernels[0].name.startswith("fused_conv2d")  # the convs dominate, untuned
     assert sum(k.share for k in profile.kernels) == pytest.approx(1.0)

@@ -25,7 +25,8 @@ def test_full_run_writes_result_report_and_store(tmp_path, capsys):
     out_dir = tmp_path / "runs" / "quick"
     result = json.loads((out_dir / "result.json").read_text())
     assert result["status"] == "complete" and result["name"] == "quickstart"
-    assert result["pipeline_text"] == "fold_constant,fold_batchnorm,convert_layout(conv2d=NHWC),fold_constant,fuse,dce"
+    assert result["pipeline_text"] == ("fold_constant,fold_batchnorm,convert_layout(conv2d=NHWC),fold_constant,"
+                                       "pack_conv2d,fuse,dce")
     labels = {"workbench", "ort_all", "ort_none", "tvm_default", "tvm_unoptimized"}
     assert set(result["measurements"]) == labels
     for label, figures in result["measurements"].items():
@@ -33,7 +34,7 @@ def test_full_run_writes_result_report_and_store(tmp_path, capsys):
     assert set(result["accuracy"]) == labels - {"ort_none"} and all(a["ok"] for a in result["accuracy"].values())
     assert result["kernels"]["workbench"] < result["kernels"]["tvm_unoptimized"]
     assert [p["name"] for p in result["passes"]] == ["fold_constant", "fold_batchnorm", "convert_layout",
-                                                     "fold_constant", "fuse", "dce"]
+                                                     "fold_constant", "pack_conv2d", "fuse", "dce"]
     # the committed database for this CPU (or the closest one, said so) schedules the convs
     assert result["target_resolved"]["key"] == f"llvm-{result['target_resolved']['host_cpu']}"
     tuning = result["tuning"]
@@ -44,7 +45,7 @@ def test_full_run_writes_result_report_and_store(tmp_path, capsys):
     for name in ("report.md", "latency.png", "model.canonical.onnx", "inputs.npz", "workbench.so",
                  "ort_all.optimized.onnx"):
         assert (out_dir / name).stat().st_size > 0, name
-    assert len(list((tmp_path / "ir").glob("*.py"))) == 7
+    assert len(list((tmp_path / "ir").glob("*.py"))) == 8  # the imported module, then one per pass
     with sqlite3.connect(tmp_path / "runs" / "results.sqlite") as db:
         assert db.execute("select count(*) from runs where name='quickstart'").fetchone()[0] == 1
         assert db.execute("select count(*) from measurements").fetchone()[0] == len(labels)

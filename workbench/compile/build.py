@@ -95,11 +95,15 @@ def _lowering_passes(target: tvm.target.Target, tuned: bool = False) -> list[tvm
     return _legalize_passes(target, tuned) + _tail_passes(target)
 
 
-def tuning_coverage(scheduled: tvm.IRModule) -> dict:
-    """Which kernels got a schedule from the database (MetaSchedule marks them) and which kept the default.
-
-    Read right after the database is applied, before dlight marks GPU kernels scheduled too."""
-    kernels = {gv.name_hint: func for gv, func in scheduled.functions.items() if isinstance(func, tvm.tirx.PrimFunc)}
+def tuning_coverage(scheduled: tvm.IRModule, lowered: tvm.IRModule) -> dict:
+    """Which of the build's kernels got a schedule from the database (MetaSchedule marks them) and which kept the
+    default: read from `scheduled`, right after the database is applied (before the default schedules mark the
+    rest scheduled too), for the kernels `lowered` still has (some became VM reshapes; a kernel whose weight
+    rewrite was split off is there as `<name>_prepacked`)."""
+    kept = {gv.name_hint.removesuffix("_prepacked") for gv, func in lowered.functions.items()
+            if isinstance(func, tvm.tirx.PrimFunc)}
+    kernels = {gv.name_hint: func for gv, func in scheduled.functions.items()
+               if isinstance(func, tvm.tirx.PrimFunc) and gv.name_hint in kept}
     covered = sorted(name for name, func in kernels.items() if func.attrs and func.attrs.get("tirx.is_scheduled"))
     return {"covered": covered, "fallback": sorted(set(kernels) - set(covered))}
 
@@ -139,7 +143,7 @@ def build_lowered(mod: tvm.IRModule, target: tvm.target.Target, database=None, l
         lower = tvm.transform.Sequential((_weight_layout_passes() if layout_rewrite else []) + _tail_passes(target))
     with _build_context(mod, target, database):
         lowered = lower(scheduled)
-    return _compiled(lowered, target, tuning_coverage(scheduled) if database is not None else None)
+    return _compiled(lowered, target, tuning_coverage(scheduled, lowered) if database is not None else None)
 
 
 def build_tvm_default(mod: tvm.IRModule, target: tvm.target.Target) -> Built:
