@@ -34,7 +34,8 @@ def test_tvm_profile_times_every_kernel_of_the_build_once_per_inference(convnet)
     assert all(k.calls == len(re.findall(rf"\b{k.name}\(", main_text))  # once per call site (a pad serves 3 convs)
                for k in profile.kernels if k.name != VM_BUILTINS)
     assert [k.us for k in profile.kernels] == sorted((k.us for k in profile.kernels), reverse=True)
-    assert profile.kernels[0].name.startswith("fused_conv2d")  # the convs dominate, untuned
+    heaviest = next(k for k in profile.kernels if k.name != VM_BUILTINS)
+    assert heaviest.name.startswith("fused_conv2d")  # the convs are the heaviest kernels
     assert sum(k.share for k in profile.kernels) == pytest.approx(1.0)
 
 

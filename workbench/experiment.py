@@ -39,6 +39,7 @@ from workbench.record.report import write_report
 from workbench.record.store import ResultsStore
 from workbench.measure.rpc import connect
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
+from workbench.measure.threads import target_threads
 from workbench.compile.targets import (GENERIC_CPU, describe, device_for, is_cuda, make_target, resolved,
                                       target_key)
 
@@ -170,11 +171,12 @@ def _runner(label: str, built: Built | None, canonical: onnx.ModelProto, inputs:
         else:
             library = built.export(out_dir / f"{label}.so") if place.session is not None else None
         return tvm_runner(label, built, inputs, target, place.session, library)
+    threads = target_threads(target)
     if label == "iree":
         return iree_runner(canonical, inputs, out_dir, target.kind.name, arch=target.attrs.get("arch"),
-                           cpu=target.attrs.get("mcpu", GENERIC_CPU))
+                           cpu=target.attrs.get("mcpu", GENERIC_CPU), threads=threads)
     optimized = out_dir / "ort_all.optimized.onnx" if label == "ort_all" else None
-    return ort_runner(label, canonical, inputs, optimized_path=optimized)
+    return ort_runner(label, canonical, inputs, optimized_path=optimized, threads=threads)
 
 
 def _writable_output(out_dir: Path) -> Path:
@@ -227,6 +229,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         "model": experiment.model.model_dump(mode="json", exclude_none=True),
         "target": describe(experiment.target),
         "target_resolved": resolved(target),
+        "threads": target_threads(target),  # every runtime's kernels (TVM, ONNX Runtime, IREE) on the CPU
         "pipeline": [spec.to_yaml() for spec in experiment.pipeline],
         "pipeline_text": pipeline_spec.to_text(experiment.pipeline),
         "reference": experiment.accuracy.reference,

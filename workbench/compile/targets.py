@@ -20,6 +20,7 @@ from tvm.target import codegen
 
 from workbench.config import CudaArch, TargetConfig
 from workbench.errors import UserError
+from workbench.measure.threads import target_threads, use_tvm_threads
 
 GENERIC_CPU = "generic"
 HOST_CPU = "host"
@@ -39,6 +40,8 @@ assert set(CUDA_TAGS) == set(CudaArch.__args__), "every configurable arch needs 
 def make_target(spec: TargetConfig) -> tvm.target.Target:
     """Build the TVM target (0.27 takes dicts; keys with dashes as TVM spells them).
 
+    An llvm target also sizes TVM's thread pool for this process: its kernels run on the target's `num_cores`,
+    by default this machine's physical cores, as ONNX Runtime's and IREE's do (measure/threads.py).
     A cuda target needs nvcc (to write the PTX and the kernel report): checked here, before any long work."""
     if spec.kind == "cuda":
         from workbench.compile.cuda_report import require_nvcc
@@ -52,7 +55,9 @@ def make_target(spec: TargetConfig) -> tvm.target.Target:
         options["mcpu"] = mcpu
     if spec.num_cores:
         options["num-cores"] = spec.num_cores
-    return tvm.target.Target(options)
+    target = tvm.target.Target(options)
+    use_tvm_threads(target_threads(target))
+    return target
 
 
 def host_cpu() -> str:

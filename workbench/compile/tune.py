@@ -55,6 +55,7 @@ from workbench.compile.default_schedule import default_schedule
 from workbench.compile.x86_int8 import VNNI_DOT_16x4
 from workbench.config import TuningConfig
 from workbench.errors import UserError
+from workbench.measure.threads import target_threads, use_tvm_threads
 from workbench.passes.packed_conv import vnni_target
 
 MS_LOGGER = "tvm.s_tir.meta_schedule"
@@ -460,7 +461,8 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
     the first run completed).
     """
     target = tuning_target(target)
-    num_cores = int(target.attrs["num-cores"]) if "num-cores" in target.attrs else ms.utils.cpu_count(logical=False)
+    num_cores = target_threads(target)
+    use_tvm_threads(num_cores)  # the runner's processes measure candidates on the threads the build runs on
     database = open_database(database_dir, create=True)
     results = plan(tasks, database, database_dir, config)
     runner = make_runner(config, target)

@@ -23,6 +23,7 @@ from onnx import version_converter
 
 from workbench.errors import BaselineUnavailable
 from workbench.measure.runners import Runner
+from workbench.measure.threads import cpu_threads
 
 LABEL = "iree"
 INSTALL_HINT = "install with pip install -e '.[iree]'"
@@ -172,10 +173,13 @@ def _to_numpy(result: object) -> list[np.ndarray]:
 
 
 def iree_runner(model: onnx.ModelProto, inputs: dict[str, np.ndarray], out_dir: Path, kind: str,
-                arch: str | None = None, cpu: str | None = None) -> Runner:
-    """Compile, load the module in IREE's runtime on the target's driver, inputs placed on the device once."""
+                arch: str | None = None, cpu: str | None = None, threads: int | None = None) -> Runner:
+    """Compile, load the module in IREE's runtime on the target's driver, inputs placed on the device once; on the
+    CPU its task pool `threads` wide (default: measure/threads.py's count, the one TVM's kernels run on)."""
     _, runtime, _, _ = _require_iree()
     built = compile_onnx(model, out_dir, kind, arch, cpu)
+    if kind == "llvm":  # read when the device is created, below
+        runtime.flags.parse_flags(f"--task_topology_group_count={threads or cpu_threads()}")
     try:
         config = runtime.Config(built.driver)
     except Exception as exc:

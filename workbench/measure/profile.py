@@ -26,6 +26,7 @@ import onnxruntime as ort
 import tvm
 from tvm import relax
 
+from workbench.measure.threads import cpu_threads
 from workbench.measure.timing import time_call
 
 VM_BUILTINS = "(VM builtins and overhead: the rest of the plain latency)"
@@ -116,6 +117,7 @@ def ort_profile(model: onnx.ModelProto, inputs: dict[str, np.ndarray], out_dir: 
     """ONNX Runtime (all graph optimizations, CPU) per node: the trace's node events after the warm-up runs.
     Nodes are named `<op> <node>` as ORT's optimized graph has them (e.g. `Conv relu12_nchwc`)."""
     options = ort.SessionOptions()
+    options.intra_op_num_threads = cpu_threads()  # as the measured ort_all session
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
     options.enable_profiling = True

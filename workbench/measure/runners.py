@@ -20,6 +20,7 @@ from tvm import relax, rpc
 
 from workbench.compile.build import Built
 from workbench.errors import BaselineUnavailable
+from workbench.measure.threads import cpu_threads
 from workbench.measure.timing import Timing, summarize, time_call
 from workbench.compile.targets import device_for
 
@@ -89,8 +90,9 @@ ORT_PROVIDERS = {"ort_cuda": "CUDAExecutionProvider"}  # every other ORT label r
 
 
 def ort_runner(label: str, model: onnx.ModelProto, inputs: dict[str, np.ndarray],
-               optimized_path: Path | None = None) -> Runner:
-    """An ONNX Runtime session at the label's optimization level, on the CPU or (ort_cuda) the CUDA EP;
+               optimized_path: Path | None = None, threads: int | None = None) -> Runner:
+    """An ONNX Runtime session at the label's optimization level, on the CPU or (ort_cuda) the CUDA EP, its
+    intra-op pool `threads` wide (default: measure/threads.py's count, the one TVM's kernels run on);
     optionally keeps ORT's optimized model."""
     provider = ORT_PROVIDERS.get(label, "CPUExecutionProvider")
     if provider not in ort.get_available_providers():
@@ -99,6 +101,7 @@ def ort_runner(label: str, model: onnx.ModelProto, inputs: dict[str, np.ndarray]
     options = ort.SessionOptions()
     options.graph_optimization_level = ORT_LEVELS[label]
     options.log_severity_level = 3
+    options.intra_op_num_threads = threads or cpu_threads()
     if optimized_path is not None:
         optimized_path.parent.mkdir(parents=True, exist_ok=True)
         options.optimized_model_filepath = str(optimized_path)
