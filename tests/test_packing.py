@@ -11,7 +11,8 @@ from tvm.s_tir import meta_schedule as ms
 from workbench.compile.build import build_lowered
 from workbench.compile.default_schedule import default_schedule
 from workbench.compile.tune import extract_tasks, tune_tasks, tuning_module
-from workbench.config import TuningConfig
+from workbench.compile.targets import cpu_features, make_target
+from workbench.config import TargetConfig, TuningConfig
 from workbench.measure.runners import ort_runner, tvm_runner
 from workbench.models import zoo
 from workbench.passes.packed_conv import DEPTHWISE_FP32, FP32
@@ -52,6 +53,31 @@ def test_untuned_builds_give_packed_kernels_the_fixed_parallel_schedule(zoo_rela
     assert len(kernels) == 6
     for name, func in kernels.items():  # rows x channel blocks in parallel, the epilogue fused per 8 pixels
         assert func.attrs["tirx.is_scheduled"] and "T.parallel" in func.script(), name
+
+
+HASWELL = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})  # AVX2: 8 fp32 lanes per ymm register
+SKYLAKE_AVX512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
+
+
+def test_without_avx512_the_16_channels_are_two_explicit_vectors(zoo_relax):
+    """On AVX2 the 16 output channels of a block are split into 2 vectors of 8 (left to LLVM, half the block was
+    rebuilt with shuffles every step); with AVX-512 they stay one 16-lane block. The AVX2 build runs on any x86
+    host with AVX2 and matches ONNX Runtime."""
+    onnx_model, mod = zoo_relax("convnet_small")
+    graph, _ = run_pipeline(mod, parse_text(PACKED + ",fuse"), HASWELL)
+    for target, split in ((HASWELL, True), (SKYLAKE_AVX512, False)):
+        kernels = [f.script() for name, f in primfuncs(build_lowered(graph, target).lowered).items()
+                   if FP32.name in name]
+        assert len(kernels) == 6
+        for text in kernels:
+            assert ("T.vectorized(T.int64(8))" in text and "T.unroll(T.int64(2))" in text) == split
+    if "avx2" not in cpu_features(make_target(TargetConfig())):
+        pytest.skip("this CPU has no AVX2 to run the haswell build")
+    inputs = eval_inputs(zoo.default_inputs("convnet_small"))
+    built = build_lowered(graph, HASWELL)
+    for got, want in zip(tvm_runner("avx2", built, inputs, HASWELL).infer(),
+                         ort_runner("ort_none", onnx_model, inputs).infer()):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 def test_tuning_a_packed_kernel_measures_the_fixed_schedule_first(zoo_relax, llvm, tmp_path):

@@ -1,6 +1,6 @@
 """The schedule an untuned packed conv kernel (passes/packed_conv.py) gets in a CPU build.
 
-A row of up to 8 output pixels (4 without AVX-512) x 16 output channels accumulates while each weight block is
+A row of up to 8 output pixels (6 without AVX-512) x 16 output channels accumulates while each weight block is
 loaded once: for int8 on a VNNI CPU one `vpdpbusd` per pixel and 4 input channels (tensorized with
 compile/x86_int8.py's intrinsic), for fp32 one 16-lane FMA per pixel and input channel (LLVM vectorizes the 16
 channels). Rows x channel blocks run in parallel, and the fused epilogue (scale, bias, activation,
@@ -19,26 +19,41 @@ from tvm.s_tir import Schedule, ScheduleError
 from tvm.target.codegen import target_has_features
 
 from workbench.compile.x86_int8 import VNNI_DOT_16x4
-from workbench.passes.packed_conv import DEPTHWISE_FP32, FP32, KERNEL_MARK, VNNI_U8S8, PackedKind
+from workbench.passes.packed_conv import DEPTHWISE_FP32, FP32, KERNEL_MARK, LANES, VNNI_U8S8, PackedKind
 
 log = logging.getLogger("workbench.build")
 
 
+def vector_lanes(target: tvm.target.Target) -> int:
+    """fp32 lanes of the target's widest vector register: 16 (zmm) with AVX-512, else 8 (ymm)."""
+    return 16 if target_has_features("avx512f", target) else 8
+
+
 def pixels_per_step(target: tvm.target.Target) -> int:
     """Output pixels whose 16-channel sums one weight block is used for: 8 zmm accumulators on AVX-512; on AVX2
-    16 channels are two ymm registers, so 4 pixels keep the sums in registers."""
-    return 8 if target_has_features("avx512f", target) else 4
+    16 channels are two ymm registers, so 6 pixels are 12 accumulators, beside 2 weight vectors and a broadcast
+    in the 16 ymm registers (det's 96->24 3x3 conv at 160x160: 9.2 ms with 4 pixels, 7.5 with 5)."""
+    return 8 if vector_lanes(target) == 16 else 6
 
 
-def _schedule(sch: Schedule, kind: PackedKind, pixels: int) -> None:
-    """Apply the fixed schedule to the packed conv (and its fused epilogue) in `sch`'s main function."""
+def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) -> None:
+    """Apply the fixed schedule to the packed conv (and its fused epilogue) in `sch`'s main function. With fewer
+    vector `lanes` than the block's 16 channels (AVX2), the channels are split into vectors of `lanes` explicitly:
+    left to LLVM, the 16-wide fp32 block became one ymm and the other half rebuilt with shuffles each step
+    (convnet_small's 16->16 3x3 conv: 142 -> 115 us)."""
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     conv = next(b for b in blocks if sch.get(b).annotations.get(KERNEL_MARK) == kind.name)
     epilogue = blocks[blocks.index(conv) + 1:]
     batch, row, col, channel_block, channel, kh, kw, *in_blocks = sch.get_loops(conv)  # depthwise: no in_blocks
     width = int(sch.get(col).extent)
     col_outer, col_inner = sch.split(col, [None, max(f for f in range(1, pixels + 1) if width % f == 0)])
-    sch.reorder(batch, row, channel_block, col_outer, kh, kw, *in_blocks[:1], col_inner, channel)
+    if kind != VNNI_U8S8 and lanes < LANES:
+        vectors, channel = sch.split(channel, [None, lanes])
+        sch.reorder(batch, row, channel_block, col_outer, kh, kw, *in_blocks, col_inner, vectors, channel)
+        sch.vectorize(channel)  # before decompose_reduction: only a whole reduction block may be vectorized
+        sch.unroll(vectors)
+    else:
+        sch.reorder(batch, row, channel_block, col_outer, kh, kw, *in_blocks[:1], col_inner, channel)
     sch.parallel(sch.fuse(batch, row, channel_block))
     for block in epilogue[:-1]:  # elementwise: scale, bias, activation, requantization
         sch.compute_inline(block)
@@ -63,7 +78,7 @@ def packed_schedule(func: tvm.tirx.PrimFunc, kind: PackedKind, target: tvm.targe
     does), or None when the schedule does not fit it (logged)."""
     sch = Schedule(tvm.IRModule({"main": func}))
     try:
-        _schedule(sch, kind, pixels_per_step(target))
+        _schedule(sch, kind, pixels_per_step(target), vector_lanes(target))
     except (ScheduleError, TypeError) as exc:  # TypeError: TVM 0.27 failing to word some errors
         log.warning("%s keeps plain loops: %s", kind.name, str(exc).splitlines()[0])
         return None
