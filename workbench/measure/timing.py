@@ -67,12 +67,16 @@ def time_call(run_once: Callable[[], object], warmup: int, repeat: int,
     return summarize(samples)
 
 
+SETTLE_S = 0.2  # before each label's turn: the thread pools of the label before it stop spinning and sleep
+
+
 def interleaved_medians(runners: dict[str, "Runner"], repeat: int, rounds: int) -> dict[str, float]:
     """Median of per-round medians, each round timing every label once in turn: a load change on the machine
     during the benchmark hits all labels alike, so their ratios stay fair."""
     per_round: dict[str, list[float]] = {label: [] for label in runners}
-    for index in range(rounds):
+    for _ in range(rounds):
         for label, runner in runners.items():
-            timing = time_call(runner.run_once, warmup=2 if index == 0 else 0, repeat=repeat, sync=runner.sync)
+            time.sleep(SETTLE_S)
+            timing = time_call(runner.run_once, warmup=2, repeat=repeat, sync=runner.sync)
             per_round[label].append(timing.median_ms)
     return {label: float(np.median(medians)) for label, medians in per_round.items()}
