@@ -94,6 +94,14 @@ def cpu_features(target: tvm.target.Target) -> list[str]:
     return [feature for feature in VECTOR_FEATURES if feature in available]
 
 
+def runs_here(target: tvm.target.Target) -> bool:
+    """Whether code built for `target` runs on this machine: an llvm target whose vector features this CPU has."""
+    if target.kind.name != "llvm":
+        return False
+    host = tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()})
+    return set(cpu_features(target)) <= set(cpu_features(host))
+
+
 def resolved(target: tvm.target.Target) -> dict:
     """What result.json records of the target actually built for: its key, CPU (llvm) or arch (cuda), the vector
     features the code may use, and the host's CPU."""

@@ -52,6 +52,8 @@ from workbench.atomic import atomic_write_json
 from workbench.compile.build import legalized
 from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE
 from workbench.compile.default_schedule import default_schedule
+from workbench.compile.targets import runs_here
+from workbench.compile.verify import reject_wrong_best
 from workbench.compile.x86_int8 import VNNI_DOT_16x4
 from workbench.config import TuningConfig
 from workbench.errors import UserError
@@ -80,6 +82,7 @@ class TaskResult:
     exhausted: bool = False
     trials_run: int = 0
     best_us: float | None = None
+    rejected: int = 0  # best records dropped for computing wrong outputs (compile/verify.py)
 
     @property
     def trials(self) -> int:
@@ -87,7 +90,8 @@ class TaskResult:
 
     def as_dict(self) -> dict:
         return {"name": self.name, "weight": self.weight, "budget": self.budget, "trials_before": self.trials_before,
-                "trials_run": self.trials_run, "exhausted": self.exhausted, "best_us": self.best_us}
+                "trials_run": self.trials_run, "exhausted": self.exhausted, "best_us": self.best_us,
+                "rejected": self.rejected}
 
 
 def workbench_build(mod: tvm.IRModule, target: tvm.target.Target, _params: dict | None) -> tvm.runtime.Module:
@@ -469,6 +473,7 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
     builder = make_builder(num_cores)
     cost_model = cost_model or make_cost_model(config, num_cores)
     quiet_metaschedule()
+    verifiable = config.runner == "local" and runs_here(target)
     left = config.trials - sum(min(r.trials_before, r.budget) for r in results)  # `trials` counts the database too
     report = progress or (lambda _result: None)
     interrupts = _Interrupts()
@@ -501,6 +506,14 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
                 atomic_write_json(database_dir / EXHAUSTED_FILE,
                                   {**_exhausted(database_dir), _workload_key(task.dispatched[0]): task.task_name})
 
+        def verify(index: int) -> None:
+            """Drop the task's best records while they compute wrong outputs (compile/verify.py)."""
+            nonlocal database
+            if verifiable:
+                database, rejected = reject_wrong_best(tasks[index], target, database, database_dir)
+                results[index].rejected += rejected
+            results[index].best_us = best_latency_us(database, tasks[index].dispatched[0])
+
         for index, result in enumerate(results):
             want = 0 if result.exhausted else min(result.budget - result.trials_before, left)
             report(result)
@@ -511,7 +524,7 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
             if want > 0:
                 tune_one(index, want)
             left -= result.trials_run
-            result.best_us = best_latency_us(database, tasks[index].dispatched[0])
+            verify(index)
             report(result)
         hot = config.hot_trials - sum(max(0, r.trials_before - r.budget) for r in results)  # resumes, too
         while hot > 0:
@@ -521,5 +534,6 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
             ran = results[index].trials_run
             tune_one(index, min(config.trials_per_iter, hot))
             hot -= results[index].trials_run - ran
+            verify(index)
             report(results[index])
     return results

@@ -1,0 +1,86 @@
+"""Tuned schedules checked against the kernel's untuned outputs before a build can pick them.
+
+MetaSchedule measures candidates for speed only. Tuning rapidocr det (znver2, 2 threads), it committed as the
+best of 56 trials of a packed 3x3 conv with a sliced epilogue (24 of its 32 channels, then an add) a schedule
+whose outputs were wrong (max error 596 against the default schedule; the model's output off by 1.0). So after
+each search round of a task, its best record is run here on seeded random inputs and compared with the
+schedule an untuned build gives the kernel (plain loops where it has none); a record that disagrees is taken
+out of the database (and logged) and the next best checked, until one agrees. Only where candidates run on this
+machine (an llvm target with the local runner): a CUDA or RPC-measured record cannot be run here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm.s_tir import meta_schedule as ms
+
+from workbench.compile.databases import RECORDS_FILE
+from workbench.compile.default_schedule import default_schedule
+
+log = logging.getLogger("workbench.tuning")
+
+
+def random_args(func: tvm.tirx.PrimFunc, seed: int = 0) -> list[np.ndarray]:
+    """Seeded arguments for every buffer of `func`: floats in [-1, 1), integers in [-8, 8) (non-negative for
+    unsigned); the outputs are overwritten by the kernel, so they start the same for both schedules."""
+    rng = np.random.default_rng(seed)
+    args = []
+    for info in ms.arg_info.ArgInfo.from_prim_func(func):
+        shape, dtype = [int(d) for d in info.shape], str(info.dtype)
+        if "float" in dtype:
+            args.append(rng.uniform(-1, 1, shape).astype(dtype))
+        else:
+            args.append(rng.integers(0 if dtype.startswith("u") else -8, 8, shape).astype(dtype))
+    return args
+
+
+def run_kernel(mod: tvm.IRModule, target: tvm.target.Target, args: list[np.ndarray]) -> list[np.ndarray]:
+    """Compile `mod`'s kernel for `target`, run it once here on copies of `args`, return every buffer after."""
+    tensors = [tvm.runtime.tensor(array.copy()) for array in args]
+    tvm.compile(mod, target=target).mod["main"](*tensors)
+    return [tensor.numpy() for tensor in tensors]
+
+
+def agrees(got: list[np.ndarray], want: list[np.ndarray]) -> bool:
+    """Equal up to the reassociation of float sums (FMA, split reductions): 1e-3 of the largest value."""
+    return all(np.allclose(g.astype(np.float64), w.astype(np.float64), rtol=1e-3,
+                           atol=1e-3 * max(1.0, float(np.abs(w).max(initial=0))))
+               for g, w in zip(got, want))
+
+
+def _drop_record(database_dir: Path, record: ms.database.TuningRecord) -> None:
+    """Rewrite the records file without `record` (matched by its trace and run times)."""
+    trace, run_secs = record.as_json()[:2]
+    path = database_dir / RECORDS_FILE
+    kept = [line for line in path.read_text().splitlines() if json.loads(line)[1][:2] != [trace, run_secs]]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+def reject_wrong_best(task: ms.ExtractedTask, target: tvm.target.Target, database: ms.database.JSONDatabase,
+                      database_dir: Path) -> tuple[ms.database.JSONDatabase, int]:
+    """Check the task's best record against its untuned outputs, dropping best records that disagree until one
+    agrees (or none is left). Returns the database (reopened when records were dropped) and how many were."""
+    task_mod = task.dispatched[0]
+    reference = default_schedule(task_mod["main"], target)
+    args = random_args(task_mod["main"])
+    want = run_kernel(reference.mod if reference is not None else task_mod, target, args)
+    dropped = 0
+    while database.has_workload(task_mod):
+        best = database.get_top_k(database.commit_workload(task_mod), 1)
+        if not best:
+            break
+        tuned = tvm.s_tir.Schedule(task_mod)
+        best[0].trace.apply_to_schedule(tuned, remove_postproc=False)
+        if agrees(run_kernel(tuned.mod, target, args), want):
+            break
+        log.warning("%s: the best tuned schedule (%.1f us) computes wrong outputs; dropped from the database",
+                    task.task_name, float(best[0].run_secs[0]) * 1e6)
+        _drop_record(database_dir, best[0])
+        database = ms.database.JSONDatabase(work_dir=str(database_dir))
+        dropped += 1
+    return database, dropped
