@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -143,6 +144,13 @@ def test_equivalent_orderings_are_measured_once(finished_sweep):
     assert a["structural_hash"] == b["structural_hash"] != c["structural_hash"]
     assert a["class_id"] == b["class_id"] and a["run_id"] == b["run_id"] != c["run_id"]
     assert runs == 2  # two classes, two runs
+
+
+def test_two_workers_measure_on_half_the_cores_each(finished_sweep):
+    """Two workers measure side by side: each runs its kernels on its share of the cores, not on all of them."""
+    _code, out, _rows, _runs, _path = finished_sweep
+    results = [json.loads(path.read_text()) for path in out.rglob("result.json")]
+    assert len(results) == 2 and {r["threads"] for r in results} == {max(1, psutil.cpu_count(logical=False) // 2)}
 
 
 def test_report_ranks_plots_and_exports(finished_sweep, capsys):

@@ -40,7 +40,7 @@ class RayPool:
                             "install the extra (pip install -e \".[ray]\") or set executor: local") from exc
         from workbench.sweep.workers import run_variant_task, worker_setup
 
-        self.setup = worker_setup(self.sweep, self.base_dir)
+        self.setup = worker_setup(self.sweep, self.base_dir, self.workers)
         address = self.sweep.section.ray_address
         self.started_here = not ray.is_initialized()
         if self.started_here and address:

@@ -130,7 +130,7 @@ def tune_classes(sweep: Sweep, base_dir: Path, classes: dict[str, dict], progres
     conn, child = ctx.Pipe()
     # not a daemon: MetaSchedule's builder and runner start processes of their own
     process = ctx.Process(target=_tuning_main, name="workbench-sweep-tuning",
-                          args=(child, str(log), worker_setup(sweep, base_dir), payload))
+                          args=(child, str(log), worker_setup(sweep, base_dir, workers=1), payload))
     started = time.monotonic()
     bar = progress.add_task(f"tuning {len(classes)} classes", total=None, status="extracting tasks")
     trials: dict[str, int] = {}

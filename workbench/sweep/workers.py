@@ -18,6 +18,7 @@ from typing import Any
 
 from workbench.config import Experiment, validate
 from workbench.errors import UserError
+from workbench.measure.threads import TVM_THREADS_ENV, cpu_threads
 from workbench.sweep.spec import Sweep, _ir_key
 
 
@@ -27,6 +28,7 @@ class WorkerSetup:
     plugins: tuple[str, ...]
     paths: tuple[str, ...]  # put first on sys.path (the sweep file's folder, the working directory)
     base_dir: str
+    threads: int = 1  # each worker's share of the cores: its kernels' threads, where the variant sets no num_cores
 
 
 class VariantRunner:
@@ -37,6 +39,7 @@ class VariantRunner:
         import importlib
 
         self.setup = setup
+        os.environ[TVM_THREADS_ENV] = str(setup.threads)  # read when a target first sizes this process's pool
         for p in reversed(setup.paths):
             if p not in sys.path:
                 sys.path.insert(0, p)
@@ -161,8 +164,11 @@ def _worker_main(conn, log_path: str, setup: WorkerSetup) -> None:
         conn.send(run_variant_task(setup, kind, config))
 
 
-def worker_setup(sweep: Sweep, base_dir: Path) -> WorkerSetup:
-    return WorkerSetup(tuple(sweep.plugins), (str(sweep.path.parent.resolve()), str(base_dir)), str(base_dir))
+def worker_setup(sweep: Sweep, base_dir: Path, workers: int) -> WorkerSetup:
+    """What each of `workers` processes needs; they measure side by side, so each runs its kernels on its share
+    of the cores (two workers with a pool of every core each ran 4 threads on 2 cores)."""
+    return WorkerSetup(tuple(sweep.plugins), (str(sweep.path.parent.resolve()), str(base_dir)), str(base_dir),
+                       max(1, cpu_threads() // workers))
 
 
 def signal_name(code: int | None) -> str:
@@ -175,13 +181,13 @@ def signal_name(code: int | None) -> str:
 
 
 class _Worker:
-    def __init__(self, ctx, index: int, sweep: Sweep, base_dir: Path):
+    def __init__(self, ctx, index: int, sweep: Sweep, base_dir: Path, workers: int):
         self.conn, child = ctx.Pipe()
         logs = sweep.output / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         self.log = logs / f"worker-{index}.log"
         self.process = ctx.Process(target=_worker_main, daemon=True, name=f"workbench-sweep-{index}",
-                                   args=(child, str(self.log), worker_setup(sweep, base_dir)))
+                                   args=(child, str(self.log), worker_setup(sweep, base_dir, workers)))
         self.process.start()
         child.close()
         self.task: tuple | None = None
@@ -237,7 +243,7 @@ class LocalPool:
         sweep, base_dir = self.sweep, self.base_dir
         timeout_s = sweep.section.timeout_s
         while len(self.pool) < min(self.size, len(pending)):
-            self.pool.append(_Worker(self.ctx, len(self.pool), sweep, base_dir))
+            self.pool.append(_Worker(self.ctx, len(self.pool), sweep, base_dir, self.size))
         pool = self.pool
         while pending or any(w.task for w in pool):
             for i, w in enumerate(pool):
@@ -273,7 +279,7 @@ class LocalPool:
                     failure = f"timeout after {timeout_s:g} s (worker killed); log: {w.log}"
                 if failure:
                     w.kill()
-                    pool[i] = _Worker(self.ctx, i, sweep, base_dir)
+                    pool[i] = _Worker(self.ctx, i, sweep, base_dir, self.size)
                     on_done(key, False, failure, i)
 
     def close(self) -> None:
