@@ -97,12 +97,14 @@ def _target_text(result: dict) -> str:
 
 
 def _resolved_text(result: dict) -> str:
-    """'llvm-znver3 (sse4.2, avx, avx2, fma, f16c; host CPU znver3)': what the configured target resolved to."""
+    """'llvm-znver3 (sse4.2, avx, avx2, fma, f16c; host CPU znver3; 2 threads for every runtime)': what the configured
+    target resolved to, and the threads TVM's, ONNX Runtime's and IREE's kernels ran on."""
     resolved = result.get("target_resolved")
     if not resolved:
         return "—"
     features = ", ".join(resolved.get("features") or []) or "no vector extensions"
-    return f"{resolved['key']} ({features}; host CPU {resolved.get('host_cpu')})"
+    threads = f"; {result['threads']} threads for every runtime" if result.get("threads") else ""
+    return f"{resolved['key']} ({features}; host CPU {resolved.get('host_cpu')}{threads})"
 
 
 def _heading(result: dict) -> str:
