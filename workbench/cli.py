@@ -88,11 +88,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         table.add_column(column)
     for r in results:
         best = f"{r.best_us:.1f}" if r.best_us is not None else "—"
-        note = "search space used up" if r.exhausted else ("skipped: at budget" if r.trials_before >= r.budget else "")
         if r.trials > r.budget:  # past its budget: the rest went to it as the kernel holding the most time
-            note = f"{r.trials - r.budget} hot trials" + ("; search space used up" if r.exhausted else "")
-        if r.rejected:  # compile/verify.py
-            note = "; ".join(filter(None, [note, f"{r.rejected} wrong schedule(s) dropped"]))
+            trials_note = f"{r.trials - r.budget} hot trials"
+        else:
+            trials_note = "skipped: at budget" if r.trials_before >= r.budget and not r.exhausted else ""
+        note = "; ".join(filter(None, [trials_note, *r.flags]))
         table.add_row(r.name, str(r.weight), f"{r.trials_before} + {r.trials_run} / {r.budget}", best, note)
     stdout.print(table)
     stdout.print(f"Measured {sum(r.trials_run for r in results)} new trials in {minutes:.1f} minutes; "

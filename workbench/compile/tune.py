@@ -88,6 +88,13 @@ class TaskResult:
     def trials(self) -> int:
         return self.trials_before + self.trials_run
 
+    @property
+    def flags(self) -> list[str]:
+        """What a progress row or the tune table notes of the task: its search space used up, wrong schedules
+        dropped."""
+        return (["search space used up"] if self.exhausted else []) + (
+            [f"{self.rejected} wrong schedule(s) dropped"] if self.rejected else [])
+
     def as_dict(self) -> dict:
         return {"name": self.name, "weight": self.weight, "budget": self.budget, "trials_before": self.trials_before,
                 "trials_run": self.trials_run, "exhausted": self.exhausted, "best_us": self.best_us,

@@ -49,9 +49,7 @@ def tune_optimized(optimized: tvm.IRModule, target: tvm.target.Target, experimen
                TextColumn("{task.fields[best]}"), TextColumn("{task.fields[note]}"), TimeElapsedColumn())
     with Progress(*columns, console=console) as bar:
         def show(result: TaskResult) -> None:
-            notes = (["search space used up"] if result.exhausted else []) + (
-                [f"{result.rejected} wrong schedule(s) dropped"] if result.rejected else [])
-            note = "; ".join(notes)
+            note = "; ".join(result.flags)
             if result.name not in rows:
                 rows[result.name] = bar.add_task(result.name, total=result.budget, best=_best(result), note=note)
             bar.update(rows[result.name], completed=min(result.trials, result.budget), best=_best(result), note=note)
