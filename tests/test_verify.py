@@ -16,7 +16,7 @@ from workbench.compile.build import legalized
 from workbench.compile.databases import RECORDS_FILE
 from workbench.compile.default_schedule import default_schedule
 from workbench.compile.targets import make_target
-from workbench.compile.verify import agrees, random_args, reject_wrong_best, run_kernel
+from workbench.compile.verify import agrees, random_args, reject_wrong_best, run_kernel, untuned_reference
 from workbench.config import TargetConfig
 from workbench.passes.pipeline import run_pipeline
 from workbench.passes.pipeline_spec import parse_text
@@ -71,7 +71,7 @@ def test_a_wrong_best_record_is_dropped_and_the_next_best_kept(sliced_conv, tmp_
             schedule.trace, workload, [seconds], HOST, ms.arg_info.ArgInfo.from_prim_func(func)))
     task = ms.ExtractedTask("sliced_conv", sliced_conv, HOST, [sliced_conv], 1)
 
-    database, dropped = reject_wrong_best(task, HOST, database, tmp_path)
+    database, dropped = reject_wrong_best(task, HOST, database, tmp_path, untuned_reference(sliced_conv, HOST))
     assert dropped == 1 and len((tmp_path / RECORDS_FILE).read_text().splitlines()) == 1
     (best,) = database.get_top_k(database.commit_workload(sliced_conv), 1)
     assert float(best.run_secs[0]) == pytest.approx(1e-3)

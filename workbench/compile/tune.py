@@ -53,7 +53,7 @@ from workbench.compile.build import legalized
 from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE
 from workbench.compile.default_schedule import default_schedule
 from workbench.compile.targets import runs_here
-from workbench.compile.verify import reject_wrong_best
+from workbench.compile.verify import Reference, reject_wrong_best, untuned_reference
 from workbench.compile.x86_int8 import VNNI_DOT_16x4
 from workbench.config import TuningConfig
 from workbench.errors import UserError
@@ -513,11 +513,16 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
                 atomic_write_json(database_dir / EXHAUSTED_FILE,
                                   {**_exhausted(database_dir), _workload_key(task.dispatched[0]): task.task_name})
 
+        references: dict[int, Reference] = {}  # computed once per task: hot rounds check the same task again
+
         def verify(index: int) -> None:
             """Drop the task's best records while they compute wrong outputs (compile/verify.py)."""
             nonlocal database
             if verifiable:
-                database, rejected = reject_wrong_best(tasks[index], target, database, database_dir)
+                if index not in references:
+                    references[index] = untuned_reference(tasks[index].dispatched[0], target)
+                database, rejected = reject_wrong_best(tasks[index], target, database, database_dir,
+                                                       references[index])
                 results[index].rejected += rejected
             results[index].best_us = best_latency_us(database, tasks[index].dispatched[0])
 

@@ -61,14 +61,23 @@ def _drop_record(database_dir: Path, record: ms.database.TuningRecord) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
-def reject_wrong_best(task: ms.ExtractedTask, target: tvm.target.Target, database: ms.database.JSONDatabase,
-                      database_dir: Path) -> tuple[ms.database.JSONDatabase, int]:
-    """Check the task's best record against its untuned outputs, dropping best records that disagree until one
-    agrees (or none is left). Returns the database (reopened when records were dropped) and how many were."""
-    task_mod = task.dispatched[0]
+Reference = tuple[list[np.ndarray], list[np.ndarray]]  # (seeded arguments, the untuned kernel's buffers after)
+
+
+def untuned_reference(task_mod: tvm.IRModule, target: tvm.target.Target) -> Reference:
+    """The kernel's seeded arguments and its outputs with the schedule an untuned build gives it."""
     reference = default_schedule(task_mod["main"], target)
     args = random_args(task_mod["main"])
-    want = run_kernel(reference.mod if reference is not None else task_mod, target, args)
+    return args, run_kernel(reference.mod if reference is not None else task_mod, target, args)
+
+
+def reject_wrong_best(task: ms.ExtractedTask, target: tvm.target.Target, database: ms.database.JSONDatabase,
+                      database_dir: Path, reference: Reference) -> tuple[ms.database.JSONDatabase, int]:
+    """Check the task's best record against its untuned outputs (`untuned_reference`), dropping best records that
+    disagree until one agrees (or none is left). Returns the database (reopened when records were dropped) and
+    how many were."""
+    task_mod = task.dispatched[0]
+    args, want = reference
     dropped = 0
     while database.has_workload(task_mod):
         best = database.get_top_k(database.commit_workload(task_mod), 1)
