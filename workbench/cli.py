@@ -143,7 +143,8 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--dump-ir", metavar="DIR", help="write the Relax IR after each pass into DIR")
     run.set_defaults(handler=cmd_run)
 
-    tune = verbs.add_parser("tune", help="tune the model's kernels (after the pipeline) into the schedule database")
+    tune = verbs.add_parser("tune", help="tune the model's kernels (after the pipeline) into the schedule database; "
+                                                 "each best schedule is checked against the untuned outputs")
     tune.add_argument("config", help="experiment YAML file (its tuning: section; defaults if absent)")
     tune.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     tune.set_defaults(handler=cmd_tune)
