@@ -144,7 +144,7 @@ def make_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=cmd_run)
 
     tune = verbs.add_parser("tune", help="tune the model's kernels (after the pipeline) into the schedule database; "
-                                                 "each best schedule is checked against the untuned outputs")
+                                         "each best schedule is checked against the untuned outputs")
     tune.add_argument("config", help="experiment YAML file (its tuning: section; defaults if absent)")
     tune.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     tune.set_defaults(handler=cmd_tune)
