@@ -78,3 +78,11 @@ def test_a_wrong_best_record_is_dropped_and_the_next_best_kept(sliced_conv, tmp_
     kept = tvm.s_tir.Schedule(sliced_conv)
     best.trace.apply_to_schedule(kept, remove_postproc=False)
     np.testing.assert_allclose(run_kernel(kept.mod, HOST, args)[-1], want[-1], rtol=1e-5, atol=1e-5)
+
+
+def test_nan_and_inf_agree_only_where_the_untuned_kernel_computes_them_too():
+    want = np.array([1.0, np.nan, np.inf, -2.0], dtype=np.float32)
+    assert agrees([want.copy()], [want])
+    assert not agrees([np.array([1.0, 0.0, np.inf, -2.0], dtype=np.float32)], [want])  # a number for its NaN
+    assert not agrees([np.array([np.nan, np.nan, np.inf, -2.0], dtype=np.float32)], [want])  # NaN for a number
+    assert not agrees([np.array([1.0, np.nan, np.inf, 5.0], dtype=np.float32)], [want])  # inf widens no tolerance

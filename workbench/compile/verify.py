@@ -46,11 +46,20 @@ def run_kernel(mod: tvm.IRModule, target: tvm.target.Target, args: list[np.ndarr
     return [tensor.numpy() for tensor in tensors]
 
 
+def _close(got: np.ndarray, want: np.ndarray) -> bool:
+    """`got` equals `want` up to 1e-3 of `want`'s largest finite value; NaN and inf only where `want` has them."""
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    scale = max(1.0, float(np.abs(want[np.isfinite(want)]).max(initial=0)))
+    return bool(np.allclose(got, want, rtol=1e-3, atol=1e-3 * scale, equal_nan=True))
+
+
 def agrees(got: list[np.ndarray], want: list[np.ndarray]) -> bool:
-    """Equal up to the reassociation of float sums (FMA, split reductions): 1e-3 of the largest value."""
-    return all(np.allclose(g.astype(np.float64), w.astype(np.float64), rtol=1e-3,
-                           atol=1e-3 * max(1.0, float(np.abs(w).max(initial=0))))
-               for g, w in zip(got, want))
+    """Equal up to the reassociation of float sums (FMA, split reductions): 1e-3 of the largest value.
+
+    A NaN or inf where the untuned schedule computes the same counts as equal (a kernel may compute one on the
+    random inputs whatever its schedule, and NaN never equals itself); one where it computes a number does not.
+    The scale is the largest finite value: an inf in the reference would make every difference tolerable."""
+    return all(_close(g, w) for g, w in zip(got, want))
 
 
 def _drop_record(database_dir: Path, record: ms.database.TuningRecord) -> None:
