@@ -4,7 +4,11 @@ computes wrong outputs is dropped from the database and the next best checked.
 The wrong schedule here is the kind MetaSchedule committed as det's best: a packed conv with 24 of its 32
 channels sliced off before the epilogue, the epilogue computed at the outer tile of the 16 channels of a block
 while the two blocks are the innermost loop (TVM covers the two non-adjacent 8-channel pieces with one range
-and computes 8 channels before the conv wrote them)."""
+and computes 8 channels before the conv wrote them).
+
+Inputs are drawn where the kernel's ops are defined: the `mean, add, sqrt, divide` kernel of a layer norm written
+out in elementwise ops (as older exporters leave it) takes the sqrt of the mean of its first input, and drawn from
+[-1, 1) that input made both schedules compute NaN, so every tuned record of the kernel was dropped."""
 
 import numpy as np
 import pytest
@@ -16,8 +20,10 @@ from workbench.compile.build import legalized
 from workbench.compile.databases import RECORDS_FILE
 from workbench.compile.default_schedule import default_schedule
 from workbench.compile.targets import make_target
-from workbench.compile.verify import agrees, random_args, reject_wrong_best, run_kernel, untuned_reference
-from workbench.config import TargetConfig
+from workbench.compile.tune import extract_tasks, tune_tasks, tuning_module
+from workbench.compile.verify import (agrees, positive_params, random_args, reject_wrong_best, run_kernel,
+                                      untuned_reference)
+from workbench.config import TargetConfig, TuningConfig
 from workbench.passes.pipeline import run_pipeline
 from workbench.passes.pipeline_spec import parse_text
 
@@ -40,6 +46,34 @@ def sliced_conv() -> tvm.IRModule:
     graph, _ = run_pipeline(bb.get(), parse_text("pack_conv2d,fuse"), HOST, stats=False)
     (func,) = [f for gv, f in legalized(graph, HOST).functions.items()
                if isinstance(f, tvm.tirx.PrimFunc) and "strided_slice" in gv.name_hint]
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+@pytest.fixture(scope="module")
+def layer_norm_graph() -> tvm.IRModule:
+    """A layer norm over the last axis in elementwise ops, fused: (x - mean) / sqrt(mean((x - mean)^2) + eps) *
+    scale + bias."""
+    rng = np.random.default_rng(0)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, 32, 64], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            centered = bb.emit(relax.op.subtract(x, relax.op.mean(x, axis=[-1], keepdims=True)))
+            variance = bb.emit(relax.op.mean(relax.op.power(centered, relax.const(2.0)), axis=[-1], keepdims=True))
+            std = bb.emit(relax.op.sqrt(relax.op.add(variance, relax.const(1e-5))))
+            scale = relax.const(rng.uniform(0.5, 1.5, 64).astype("float32"))
+            bias = relax.const(rng.normal(0.0, 0.1, 64).astype("float32"))
+            out = bb.emit_output(relax.op.add(relax.op.multiply(relax.op.divide(centered, std), scale), bias))
+        bb.emit_func_output(out)
+    graph, _ = run_pipeline(bb.get(), parse_text("fuse"), HOST, stats=False)
+    return graph
+
+
+@pytest.fixture(scope="module")
+def layer_norm_sqrt(layer_norm_graph) -> tvm.IRModule:
+    """Its kernel that reads the variance's squares, means them, adds eps, takes the sqrt and divides by it."""
+    (func,) = [f for gv, f in legalized(layer_norm_graph, HOST).functions.items()
+               if isinstance(f, tvm.tirx.PrimFunc) and "sqrt_divide" in gv.name_hint]
     return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
 
 
@@ -80,9 +114,38 @@ def test_a_wrong_best_record_is_dropped_and_the_next_best_kept(sliced_conv, tmp_
     np.testing.assert_allclose(run_kernel(kept.mod, HOST, args)[-1], want[-1], rtol=1e-5, atol=1e-5)
 
 
+def uniform_args(func: tvm.tirx.PrimFunc) -> list[np.ndarray]:
+    """What `random_args` drew before it knew domains: every float buffer in [-1, 1)."""
+    rng = np.random.default_rng(0)
+    return [rng.uniform(-1, 1, [int(d) for d in info.shape]).astype(str(info.dtype))
+            for info in ms.arg_info.ArgInfo.from_prim_func(func)]
+
+
+def test_the_layer_norm_sqrt_computes_numbers_on_the_drawn_inputs_but_nan_on_uniform_ones(layer_norm_sqrt):
+    func = layer_norm_sqrt["main"]
+    squares, centered = 0, 1  # the kernel's inputs: (x - mean)^2, whose mean is the variance, and x - mean
+    assert positive_params(func) == {squares}  # the numerator keeps both signs
+    default = default_schedule(func, HOST).mod
+    before = run_kernel(default, HOST, uniform_args(func))[-1]
+    assert np.isnan(before).any()  # a negative mean of the "squares": sqrt of it is NaN
+    args = random_args(func)
+    assert args[squares].min() > 0 and args[centered].min() < 0
+    assert np.isfinite(run_kernel(default, HOST, args)[-1]).all()
+
+
 def test_nan_and_inf_agree_only_where_the_untuned_kernel_computes_them_too():
     want = np.array([1.0, np.nan, np.inf, -2.0], dtype=np.float32)
     assert agrees([want.copy()], [want])
     assert not agrees([np.array([1.0, 0.0, np.inf, -2.0], dtype=np.float32)], [want])  # a number for its NaN
     assert not agrees([np.array([np.nan, np.nan, np.inf, -2.0], dtype=np.float32)], [want])  # NaN for a number
     assert not agrees([np.array([1.0, np.nan, np.inf, 5.0], dtype=np.float32)], [want])  # inf widens no tolerance
+
+
+@pytest.mark.slow
+def test_tuning_a_layer_norm_sqrt_kernel_keeps_its_records(layer_norm_graph, tmp_path):
+    """The issue: each round its best schedule was called wrong and dropped, until the space was used up."""
+    tasks = [t for t in extract_tasks(tuning_module(layer_norm_graph, HOST), HOST) if "sqrt_divide" in t.task_name]
+    config = TuningConfig(trials=4, trials_per_task=4, trials_per_iter=2, cost_model="random")
+    (result,) = tune_tasks(tasks, HOST, config, tmp_path / "db", tmp_path / "logs")
+    assert result.trials_run == 4 and result.rejected == 0 and result.best_us is not None
+    assert len((tmp_path / "db" / RECORDS_FILE).read_text().splitlines()) == 4

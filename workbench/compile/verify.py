@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.databases import RECORDS_FILE
@@ -25,15 +26,88 @@ from workbench.compile.default_schedule import default_schedule
 log = logging.getLogger("workbench.tuning")
 
 
+# Intrinsics that are NaN (or infinite) for part of [-1, 1): the square roots and logarithms below 0, pow of a negative
+# base to a fractional power. Their operands are drawn from POSITIVE (see `random_args`).
+DOMAIN_RESTRICTED = frozenset({"sqrt", "rsqrt", "log", "log2", "log10", "log1p", "pow"})
+POSITIVE = (0.5, 1.5)
+
+
+def _loaded(expr: tvm.ir.Expr) -> set[tvm.tirx.Var]:
+    """The buffers `expr` reads (in TVM 0.27 a buffer is its data Var, the PrimFunc's parameter for an input)."""
+    loads: list[tvm.ir.TensorLoad] = []
+    tvm_ffi.structural_walk(expr, [(tvm.ir.TensorLoad, loads.append)])
+    return {load.source for load in loads}
+
+
+def _integer_constant(expr: tvm.ir.Expr) -> bool:
+    return isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm)) and float(expr.value).is_integer()
+
+
+def _restricted_operands(func: tvm.tirx.PrimFunc) -> list[tvm.ir.Expr]:
+    """The operands whose sign or closeness to 0 decides whether the kernel computes a number: the arguments of
+    DOMAIN_RESTRICTED intrinsics (pow's base only, and not for an integer exponent: x^2 is fine for any x) and
+    every divisor (near 0 it blows the quotient up, and the tolerance `agrees` scales with it)."""
+    operands: list[tvm.ir.Expr] = []
+
+    def call(node: tvm.ir.Call) -> None:
+        name = getattr(node.op, "name", "").rsplit(".", 1)[-1]  # tirx.sqrt, but prim.log2
+        if name == "pow":
+            operands.extend([] if _integer_constant(node.args[1]) else [node.args[0]])
+        elif name in DOMAIN_RESTRICTED:
+            operands.extend(node.args)
+
+    tvm_ffi.structural_walk(func.body, [(tvm.ir.Call, call), (tvm.tirx.Div, lambda node: operands.append(node.b))])
+    return operands
+
+
+def _sources(func: tvm.tirx.PrimFunc) -> dict[tvm.tirx.Var, set[tvm.tirx.Var]]:
+    """Buffer -> the buffers the values stored into it are computed from."""
+    sources: dict[tvm.tirx.Var, set[tvm.tirx.Var]] = {}
+
+    def store(node: tvm.tirx.BufferStore) -> None:
+        sources.setdefault(node.buffer, set()).update(_loaded(node.value))
+
+    tvm_ffi.structural_walk(func.body, [(tvm.tirx.BufferStore, store)])
+    return sources
+
+
+def positive_params(func: tvm.tirx.PrimFunc) -> set[int]:
+    """Indices of the parameters a domain-restricted operand (`_restricted_operands`) is computed from, followed
+    back through the intermediate buffers of the kernel: the variance a fused layer norm's `mean, add, sqrt,
+    divide` kernel reads is one (it is summed, then square-rooted), the `x - mean` it divides is not. Any
+    buffer a restricted operand is computed from counts, through subtractions too: a `layer_norm` kernel's x,
+    whose variance it computes itself, is drawn positive though any x would do; that costs nothing."""
+    sources = _sources(func)
+    feeding: set[tvm.tirx.Var] = set()
+    pending = [buffer for operand in _restricted_operands(func) for buffer in _loaded(operand)]
+    while pending:
+        buffer = pending.pop()
+        if buffer not in feeding:
+            feeding.add(buffer)
+            pending.extend(sources.get(buffer, ()))
+    return {index for index, param in enumerate(func.params) if param in feeding}
+
+
 def random_args(func: tvm.tirx.PrimFunc, seed: int = 0) -> list[np.ndarray]:
     """Seeded arguments for every buffer of `func`: floats in [-1, 1), integers in [-8, 8) (non-negative for
-    unsigned); the outputs are overwritten by the kernel, so they start the same for both schedules."""
+    unsigned); the outputs are overwritten by the kernel, so they start the same for both schedules.
+
+    Floats that feed a square root, logarithm, fractional power or divisor (`positive_params`) are drawn from
+    POSITIVE instead, the domain those ops are used on in a model (a variance, a sum of exponentials). Drawn from
+    [-1, 1), a layer norm's variance averaged to below 0 in about half its rows: both schedules computed NaN there,
+    so no schedule agreed with the untuned one and every record of the kernel was dropped. Sums, products and
+    quotients of positive inputs stay positive. Only the buffers that feed such an op are drawn positive, not
+    every input of such a kernel, so the others (the `x - mean` a layer norm divides) keep both signs and a
+    schedule that mixes them up still shows. A kernel that subtracts before the sqrt may still see NaN: `agrees`
+    counts a NaN where the untuned schedule computes one too as agreeing."""
     rng = np.random.default_rng(seed)
+    positive = positive_params(func)
     args = []
-    for info in ms.arg_info.ArgInfo.from_prim_func(func):
+    for index, info in enumerate(ms.arg_info.ArgInfo.from_prim_func(func)):
         shape, dtype = [int(d) for d in info.shape], str(info.dtype)
         if "float" in dtype:
-            args.append(rng.uniform(-1, 1, shape).astype(dtype))
+            low, high = POSITIVE if index in positive else (-1, 1)
+            args.append(rng.uniform(low, high, shape).astype(dtype))
         else:
             args.append(rng.integers(0 if dtype.startswith("u") else -8, 8, shape).astype(dtype))
     return args
