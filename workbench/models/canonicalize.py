@@ -20,6 +20,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from workbench.errors import UserError
+from workbench.models.recurrent import expand_recurrent
 
 # Larger constant results are weights or activations, not shape arithmetic: never fold them.
 MAX_FOLDED_ELEMENTS = 1024
@@ -43,7 +44,7 @@ class InputSpec:
 
 
 def canonicalize(model: onnx.ModelProto, inputs: dict[str, InputSpec]) -> onnx.ModelProto:
-    """Freeze input shapes, run the ONNX checker, fold shape-computing subgraphs.
+    """Freeze input shapes, run the ONNX checker, fold shape-computing subgraphs, unroll LSTM/GRU nodes.
 
     Returns a new model; `model` is not modified. Raises UserError for specs that do not fit the
     model and for models the ONNX checker rejects.
@@ -58,6 +59,7 @@ def canonicalize(model: onnx.ModelProto, inputs: dict[str, InputSpec]) -> onnx.M
         first = str(exc).strip().splitlines()[0]
         raise UserError(f"the model fails the ONNX checker: {first}") from exc
     _fold_shape_computations(out)
+    out = expand_recurrent(out)
     return out
 
 
