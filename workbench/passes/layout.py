@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
+
 import tvm
 from pydantic import BaseModel, ConfigDict, model_validator
 from tvm import relax
 
-from workbench.errors import UserError
 from workbench.passes.clip import clip_as_ops
 from workbench.passes.operands import constants_last
-from workbench.passes.registry import register
 from workbench.passes.pipeline import count_ops, report_analysis
+from workbench.passes.registry import register
+from workbench.passes.stack import stack_as_concat
+
+log = logging.getLogger("workbench.passes")
 
 # op -> data layout -> the kernel layout we pair with it (one TVM's legalization builds on llvm)
 DESIRED: dict[str, dict[str, str]] = {
@@ -71,8 +76,9 @@ def layout_ops(mod: tvm.IRModule) -> int:
     return sum(counts.get(op, 0) for op in LAYOUT_OPS)
 
 
-def _refuse_unlowerable_transposes(mod: tvm.IRModule) -> None:
-    """conv2d_transpose follows its input's layout, but TVM 0.27 only legalizes it in NCHW: say so up front."""
+def _unlowerable_transposes(mod: tvm.IRModule) -> list[str]:
+    """Layouts other than NCHW that conv2d_transpose ops ended up in (they follow their input's layout, but TVM
+    0.27 only legalizes them in NCHW)."""
     layouts: set[str] = set()
 
     def visit(expr: relax.Expr) -> None:
@@ -82,28 +88,78 @@ def _refuse_unlowerable_transposes(mod: tvm.IRModule) -> None:
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func.body, visit)
-    if layouts - {"NCHW"}:
-        raise UserError("convert_layout: the model has conv2d_transpose ops, which would follow into "
-                        f"{sorted(layouts - {'NCHW'})} and TVM 0.27 cannot lower conv2d_transpose outside NCHW; "
-                        "drop convert_layout for this model")
+    return sorted(layouts - {"NCHW"})
+
+
+class _Refused(Exception):
+    """A conversion that cannot be kept: TVM's ConvertLayout failed, or left an op it cannot lower."""
+
+
+def _convert(mod: tvm.IRModule, desired: dict[str, list[str]], chosen: set[int] | None) -> tvm.IRModule:
+    """TVM's ConvertLayout with the calls of `desired`'s ops numbered in the order it meets them: all of them
+    convert (`chosen` None) or those numbered in `chosen`. Raises _Refused with the reason."""
+    seen = 0
+
+    def layout_of(call: relax.Call) -> dict[str, list[str]]:
+        nonlocal seen
+        name = call.op.name if isinstance(call.op, tvm.ir.Op) else ""
+        if name not in desired:
+            return {}
+        seen += 1
+        return {name: desired[name]} if chosen is None or seen - 1 in chosen else {}
+
+    try:
+        converted = relax.transform.ConvertLayout(desired, layout_of)(mod)
+    except tvm.error.TVMError as exc:
+        raise _Refused(f"TVM's ConvertLayout failed: {str(exc).strip().splitlines()[-1]}") from exc
+    transposes = _unlowerable_transposes(converted)
+    if transposes:
+        raise _Refused(f"conv2d_transpose would follow into {transposes}, and TVM 0.27 lowers it only in NCHW")
+    return converted
+
+
+def _count_calls(mod: tvm.IRModule, ops: set[str]) -> int:
+    counts = count_ops(mod)
+    return sum(counts.get(op, 0) for op in ops)
+
+
+def _convert_what_can(mod: tvm.IRModule, desired: dict[str, list[str]]) -> tuple[tvm.IRModule, dict]:
+    """Convert every op of `desired`; where that cannot be kept, one op at a time, keeping each that can be (the
+    rest stay in their layout). Returns the module and, where ops kept their layout, how many were converted and
+    how many kept theirs for each reason."""
+    try:
+        return _convert(mod, desired, None), {}
+    except _Refused as whole:
+        reason = str(whole)
+    total, chosen = _count_calls(mod, set(desired)), set()
+    skipped: Counter[str] = Counter()
+    for index in range(total):
+        try:
+            _convert(mod, desired, chosen | {index})
+            chosen.add(index)
+        except _Refused as one:
+            skipped[str(one)] += 1
+    log.warning("convert_layout: %d of %d ops kept their layout (%s)", total - len(chosen), total, reason)
+    return _convert(mod, desired, chosen), {"converted": len(chosen), "kept_layout": dict(skipped)}
 
 
 @register("convert_layout", "layout", ConvertLayoutParams)
 def convert_layout(params: ConvertLayoutParams) -> tvm.transform.Pass:
     """Convert ops to layouts, op=layout: conv2d=NHWC (conv1d/2d/3d; kernel layout chosen: HWIO), pools follow.
 
-    The frontend's Clip call_tirs become relax.maximum/minimum first (clip.py), and constant operands come
-    second at full rank (operands.py), so they follow too."""
+    The frontend's Clip call_tirs become relax.maximum/minimum first (clip.py), constant operands come second at
+    full rank (operands.py), so they follow too, and stacks become concats (stack.py). Where the whole conversion
+    cannot be kept (TVM fails on the model, or a conv2d_transpose would follow out of NCHW), each op is tried
+    alone and kept where it can be: the analysis lists the ops that kept their layout and why."""
     desired = {f"relax.nn.{op}": _pair(op, value) for op, value in params.layouts().items()}
-    inner = relax.transform.ConvertLayout(desired)
 
     def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         before = layout_ops(mod)
-        # else Clips and `Mul(scale, x)` stay NCHW in transpose pairs
-        mod = inner(constants_last(clip_as_ops(mod), {len(pair[0]) for pair in desired.values()}))
-        _refuse_unlowerable_transposes(mod)
+        # else Clips, `Mul(scale, x)` and stacks break or stay NCHW in transpose pairs
+        prepared = stack_as_concat(constants_last(clip_as_ops(mod), {len(pair[0]) for pair in desired.values()}))
+        mod, skipped = _convert_what_can(prepared, desired)
         report_analysis(layout_ops_before=before, layout_ops_after=layout_ops(mod),
-                        desired={op: "/".join(pair) for op, pair in desired.items()})
+                        desired={op: "/".join(pair) for op, pair in desired.items()}, **skipped)
         return mod
 
     return tvm.transform.module_pass(run, opt_level=0, name="convert_layout")
