@@ -59,7 +59,11 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
         sch.compute_inline(block)
     if epilogue:
         sch.reverse_compute_at(epilogue[-1], col_outer)
-        sch.vectorize(sch.get_loops(epilogue[-1])[-1])
+        loops = sch.get_loops(epilogue[-1])
+        outer = next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(col_outer)))
+        inner = loops[outer + 1:]
+        if inner:  # none where it writes one value per step (1 output channel, 1 pixel): col_outer holds vectors
+            sch.vectorize(inner[-1])
     init = sch.decompose_reduction(conv, kh)
     sch.vectorize(sch.get_loops(init)[-1])
     sch.unroll(col_inner)

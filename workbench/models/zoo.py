@@ -33,6 +33,19 @@ class _Graph:
         self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), name))
         return name
 
+    def const_i64(self, value: list[int]) -> str:
+        """Add an int64 initializer (axes, split sizes, slice bounds) and return its name."""
+        name = f"w{len(self.inits)}"
+        self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=np.int64), name))
+        return name
+
+    def split(self, x: str, sizes: list[int], axis: int) -> list[str]:
+        """Add a Split node and return the names of its outputs."""
+        name = f"split{len(self.nodes)}"
+        outs = [f"{name}_{i}" for i in range(len(sizes))]
+        self.nodes.append(helper.make_node("Split", [x, self.const_i64(sizes)], outs, name=name, axis=axis))
+        return outs
+
     def weight(self, shape: tuple[int, ...], fan_in: int) -> str:
         """He-initialized weight, so activations stay O(1)."""
         return self.const(self.rng.normal(0.0, np.sqrt(2.0 / fan_in), shape))
@@ -59,11 +72,12 @@ class _Graph:
         w, b = self.weight((classes, cin), fan_in=cin), self.const(self.rng.normal(0.0, 0.1, classes))
         return self.op("Gemm", flat, w, b, transB=1, out="logits")
 
-    def model(self, name: str, x_dims: list[int | str], out: str, out_dims: list[int | str]) -> onnx.ModelProto:
+    def model(self, name: str, x_dims: list[int | str], out: str, out_dims: list[int | str],
+              x_type: int = TensorProto.FLOAT) -> onnx.ModelProto:
         """Wrap the nodes into an opset-17 model with input `x`."""
         graph = helper.make_graph(
             self.nodes, name,
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims)],
+            [helper.make_tensor_value_info("x", x_type, x_dims)],
             [helper.make_tensor_value_info(out, TensorProto.FLOAT, out_dims)],
             self.inits,
         )
@@ -133,11 +147,76 @@ def transformer_block() -> onnx.ModelProto:
     return g.model("transformer_block", ["N", "S", d], y, ["N", "S", d])
 
 
+def _conv1d_relu(g: _Graph, x: str, cin: int, cout: int, k: int, stride: int) -> str:
+    """Conv1d with bias, then Relu."""
+    w, b = g.weight((cout, cin, k), fan_in=cin * k), g.const(g.rng.normal(0.0, 0.1, cout))
+    return g.op("Relu", g.op("Conv", x, w, b, kernel_shape=[k], pads=[k // 2] * 2, strides=[stride]))
+
+
+def byte_classifier() -> onnx.ModelProto:
+    """1-D conv classifier over int32 byte ids: Gather embedding, Conv1d, LayerNorm, attention, mean pooling.
+
+    The shape of a real model (a malware/byte classifier from a public wheel) whose rank-3 tensors made
+    convert_layout(conv2d=NHWC) fail inside TVM ("Invalid SLayout ... ABC")."""
+    g, d = _Graph(seed=4), 32
+    table = g.const(g.rng.normal(0.0, 1.0, (256, d)))
+    emb = g.op("Transpose", g.op("Gather", table, "x", axis=0), perm=[0, 2, 1])  # [N, d, L]
+    y = _conv1d_relu(g, _conv1d_relu(g, emb, d, d, 5, 2), d, d, 3, 1)
+    h = _layer_norm(g, g.op("Transpose", y, perm=[0, 2, 1]), d)  # [N, L/2, d]
+    q, k, v = (_linear(g, h, d, d) for _ in range(3))
+    scores = g.op("Mul", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 2, 1])), g.const(1.0 / np.sqrt(d)))
+    attn = g.op("Add", h, g.op("MatMul", g.op("Softmax", scores, axis=-1), v))
+    pooled = g.op("ReduceMean", attn, axes=[1], keepdims=0)
+    w, b = g.weight((2, d), fan_in=d), g.const(g.rng.normal(0.0, 0.1, 2))
+    return g.model("byte_classifier", ["N", "L"], g.op("Gemm", pooled, w, b, transB=1, out="logits"), ["N", 2],
+                   x_type=TensorProto.INT32)
+
+
+def _conv_silu(g: _Graph, x: str, cin: int, cout: int, k: int, stride: int = 1) -> str:
+    """YOLO's Conv + SiLU (x * sigmoid(x)), bias folded into the conv as exporters leave it."""
+    w, b = g.weight((cout, cin, k, k), fan_in=cin * k * k), g.const(g.rng.normal(0.0, 0.1, cout))
+    y = g.op("Conv", x, w, b, kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride, stride])
+    return g.op("Mul", y, g.op("Sigmoid", y))
+
+
+def yolo_block() -> onnx.ModelProto:
+    """YOLOX/YOLOv8-style detector at odd sizes: a Focus (space to depth by strided Slices), Conv+SiLU, a C2f
+    Split/Concat, SPPF max pools, a 1-channel objectness conv at the odd, prime-width stride-4 level (13 at the
+    default 52x52 input), nearest Resize upsampling concatenated with the earlier feature map, a 1x1 head.
+
+    The objectness conv's packed schedule writes one value per pixel step; the default schedule vectorized the
+    step loop around vectorized ones, and TVM's lowering failed ("VectorizeLoop before LiftStorageAlloc"), as it
+    did on a real 416x416 detector."""
+    g = _Graph(seed=5)
+    starts = [[0, 0], [1, 0], [0, 1], [1, 1]]
+    focus = [g.op("Slice", "x", g.const_i64(s), g.const_i64([1 << 30] * 2), g.const_i64([2, 3]), g.const_i64([2, 2]))
+             for s in starts]
+    p1 = _conv_silu(g, g.op("Concat", *focus, axis=1), 12, 16, 3)
+    a, b = g.split(p1, [8, 8], axis=1)
+    c2f = _conv_silu(g, g.op("Concat", a, b, _conv_silu(g, b, 8, 8, 3), axis=1), 24, 16, 1)
+    p2 = _conv_silu(g, c2f, 16, 32, 3, stride=2)
+    pools = [p2]
+    for _ in range(2):
+        pools.append(g.op("MaxPool", pools[-1], kernel_shape=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2]))
+    sppf = _conv_silu(g, g.op("Concat", *pools, axis=1), 96, 16, 1)
+    w_obj, b_obj = g.weight((1, 16, 1, 1), fan_in=16), g.const(g.rng.normal(0.0, 0.1, 1))
+    objectness = g.op("Sigmoid", g.op("Conv", sppf, w_obj, b_obj, kernel_shape=[1, 1]))
+    scales = g.const([1.0, 1.0, 2.0, 2.0])
+    up = g.op("Resize", sppf, "", scales, mode="nearest")
+    head = _conv_silu(g, g.op("Concat", up, c2f, axis=1), 32, 16, 3)
+    w, bias = g.weight((21, 16, 1, 1), fan_in=16), g.const(g.rng.normal(0.0, 0.1, 21))
+    boxes = g.op("Conv", head, w, bias, kernel_shape=[1, 1])
+    out = g.op("Mul", boxes, g.op("Resize", objectness, "", scales, mode="nearest"), out="y")
+    return g.model("yolo_block", ["N", 3, "H", "W"], out, ["N", 21, "H2", "W2"])
+
+
 # name -> (builder, graph input name -> default concrete shape)
 _MODELS: dict[str, tuple[Callable[[], onnx.ModelProto], dict[str, list[int]]]] = {
     "convnet_small": (convnet_small, {"x": [1, 3, 64, 64]}),
     "mobilenet_block": (mobilenet_block, {"x": [1, 16, 56, 56]}),
     "transformer_block": (transformer_block, {"x": [1, 32, 64]}),
+    "byte_classifier": (byte_classifier, {"x": [1, 512]}),
+    "yolo_block": (yolo_block, {"x": [1, 3, 52, 52]}),
 }
 NAMES: tuple[str, ...] = tuple(_MODELS)
 
