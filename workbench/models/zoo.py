@@ -153,16 +153,27 @@ def _conv1d_relu(g: _Graph, x: str, cin: int, cout: int, k: int, stride: int) ->
     return g.op("Relu", g.op("Conv", x, w, b, kernel_shape=[k], pads=[k // 2] * 2, strides=[stride]))
 
 
+def _jax_layer_norm(g: _Graph, x: str, d: int) -> str:
+    """Layer norm as jax2tf exports it: variance = max(0, mean(x²) - mean(x)²), a two-input Max that TVM's
+    frontend turns into relax.stack + max."""
+    mean = g.op("ReduceMean", x, axes=[-1], keepdims=1)
+    square_mean = g.op("ReduceMean", g.op("Mul", x, x), axes=[-1], keepdims=1)
+    variance = g.op("Max", g.op("Sub", square_mean, g.op("Mul", mean, mean)), g.const(0.0))
+    scale, bias = g.const(g.rng.uniform(0.5, 1.5, d)), g.const(g.rng.normal(0.0, 0.1, d))
+    normed = g.op("Div", g.op("Sub", x, mean), g.op("Sqrt", g.op("Add", variance, g.const(1e-6))))
+    return g.op("Add", g.op("Mul", normed, scale), bias)
+
+
 def byte_classifier() -> onnx.ModelProto:
     """1-D conv classifier over int32 byte ids: Gather embedding, Conv1d, LayerNorm, attention, mean pooling.
 
-    The shape of a real model (a malware/byte classifier from a public wheel) whose rank-3 tensors made
-    convert_layout(conv2d=NHWC) fail inside TVM ("Invalid SLayout ... ABC")."""
+    The shape of a real model (Magika's content-type classifier, a jax2tf export) whose layer norm made
+    convert_layout(conv2d=NHWC) fail inside TVM ("Invalid SLayout: can't find S in source layout ABC")."""
     g, d = _Graph(seed=4), 32
     table = g.const(g.rng.normal(0.0, 1.0, (256, d)))
     emb = g.op("Transpose", g.op("Gather", table, "x", axis=0), perm=[0, 2, 1])  # [N, d, L]
     y = _conv1d_relu(g, _conv1d_relu(g, emb, d, d, 5, 2), d, d, 3, 1)
-    h = _layer_norm(g, g.op("Transpose", y, perm=[0, 2, 1]), d)  # [N, L/2, d]
+    h = _jax_layer_norm(g, g.op("Transpose", y, perm=[0, 2, 1]), d)  # [N, L/2, d]
     q, k, v = (_linear(g, h, d, d) for _ in range(3))
     scores = g.op("Mul", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 2, 1])), g.const(1.0 / np.sqrt(d)))
     attn = g.op("Add", h, g.op("MatMul", g.op("Softmax", scores, axis=-1), v))
