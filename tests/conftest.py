@@ -2,6 +2,7 @@
 
 import time
 
+import onnx
 import pytest
 import tvm
 
@@ -22,8 +23,11 @@ def zoo_relax():
 
     def get(name: str):
         if name not in cache:
-            specs = {k: InputSpec(tuple(v)) for k, v in zoo.default_inputs(name).items()}
-            model = canonicalize(zoo.build(name), specs)
+            raw = zoo.build(name)
+            dtypes = {v.name: onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name
+                      for v in raw.graph.input}
+            specs = {k: InputSpec(tuple(v), dtypes[k]) for k, v in zoo.default_inputs(name).items()}
+            model = canonicalize(raw, specs)
             cache[name] = (model, import_to_relax(model))
         return cache[name]
 

@@ -263,6 +263,10 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
                        + (f" with tuned schedules ({choice.tuned_for or 'target unrecorded'})" if database is not None else "")):
         library = out_dir / "workbench.so"
         built = _workbench_build(optimized, target, library, builds, database, experiment.layout_rewrite)
+    if built.fell_back:
+        result["kernels_fell_back"] = built.fell_back
+        console.print(f"[yellow]![/] {len(built.fell_back)} kernels failed to lower with their schedule and run "
+                      f"plain loops: {', '.join(built.fell_back)}")
     if choice is not None:
         result["tuning"] = {**choice.as_dict(), "layout_rewrite": experiment.layout_rewrite, **(built.tuning or {})}
         if choice.note:

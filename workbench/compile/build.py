@@ -6,6 +6,9 @@ cuda for cuda); on cuda it also gives every kernel a GPU schedule (dlight's defa
 one is scheduled already (`tirx.is_scheduled`, e.g. from a tuned database), on CPUs the packed conv
 kernels get theirs (compile/packed_schedule.py), and a module marked by the `cuda_graph` pass gets
 TVM's CUDA-graph rewrite.
+A kernel whose schedule (default or tuned) fails to lower on a CPU is built with plain loops instead, and the
+build names it (`Built.fell_back`): TVM's internal errors there are the workbench's or the database's fault,
+never a reason to refuse the user's model.
 A tuned schedule database (MetaSchedule) is applied to the workbench build as one separate step
 right after legalization, for any target; kernels it has no record for keep the default schedule.
 - `workbench`: the configured pipeline already ran; legalize what is left, then lower;
@@ -18,9 +21,10 @@ for them; the weights are rewritten once, at build time.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tvm
@@ -32,6 +36,7 @@ from workbench.compile.default_schedule import default_cpu_schedule  # also regi
 from workbench.passes.cuda_graph import CUDA_GRAPH_ATTR
 from workbench.passes.pipeline import count_kernels
 
+log = logging.getLogger("workbench.build")
 
 @dataclass
 class Built:
@@ -39,6 +44,7 @@ class Built:
     lowered: tvm.IRModule
     kernels: int
     tuning: dict | None = None  # {"covered": [...], "fallback": [...]} kernel names, when a database was applied
+    fell_back: list[str] = field(default_factory=list)  # kernels built with plain loops: their schedule failed to lower
 
     def export(self, path: Path) -> Path:
         """Write the compiled library (.so) so the build can be loaded again without recompiling."""
@@ -53,12 +59,13 @@ def _backend(target: tvm.target.Target):
     return cuda_backend if target.kind.name == "cuda" else cpu_generic
 
 
-def _schedule_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
+def _schedule_passes(target: tvm.target.Target, plain: frozenset[str] = frozenset()) -> list[tvm.transform.Pass]:
     """Kernels the database did not schedule: GPU kernels need a thread binding (dlight's default rules, the ones
     TVM's cuda pipeline uses); on CPUs each kernel its default schedule (default_schedule.py: packed convs
-    register-blocked, elementwise ops and reductions parallel and vectorized, contractions plain loops)."""
+    register-blocked, elementwise ops and reductions parallel and vectorized, contractions plain loops), but
+    those named in `plain`."""
     if target.kind.name != "cuda":
-        return [default_cpu_schedule(target)]
+        return [default_cpu_schedule(target, plain)]
     from tvm.s_tir import dlight as dl
 
     return [dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
@@ -80,13 +87,13 @@ def _weight_layout_passes() -> list[tvm.transform.Pass]:
             relax.transform.DeadCodeElimination()]
 
 
-def _tail_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
+def _tail_passes(target: tvm.target.Target, plain: frozenset[str] = frozenset()) -> list[tvm.transform.Pass]:
     """Schedule the kernels the database did not cover, then TVM's dataflow lowering and VM finalization.
 
     A scheduled kernel that only moves data as a reshape does (a transpose of unit axes, once inlined) becomes a
     VM reshape (no copy); DeadCodeElimination then drops its PrimFunc, so the build's kernels are the ones run."""
     backend = _backend(target)
-    return (_schedule_passes(target) + [relax.transform.RewriteDataflowReshape(), relax.transform.DeadCodeElimination()]
+    return (_schedule_passes(target, plain) + [relax.transform.RewriteDataflowReshape(), relax.transform.DeadCodeElimination()]
             + backend.dataflow_lower_passes(target) + backend.finalize_passes(target))
 
 
@@ -139,11 +146,45 @@ def build_lowered(mod: tvm.IRModule, target: tvm.target.Target, database=None, l
     `layout_rewrite` the tuned kernels may read their constant weights pre-packed (see `_weight_layout_passes`).
     """
     scheduled = legalized(mod, target, database, layout_rewrite)
+    lowered = _lowered(mod, scheduled, target, database, layout_rewrite)
+    coverage = tuning_coverage(scheduled, lowered) if database is not None else None
+    try:
+        return _compiled(lowered, target, coverage)
+    except Exception:  # noqa: BLE001 - TVM raises InternalError and others; compiling each kernel alone tells
+        failing = _failing_kernels(lowered, target) if target.kind.name == "llvm" else set()
+        if not failing:
+            raise
+    log.warning("%d kernels failed to lower with their schedule and are built with plain loops: %s",
+                len(failing), ", ".join(sorted(failing)))
+    untuned = legalized(mod, target, None, layout_rewrite)
+    for name in failing:  # a tuned schedule is replaced too: the kernel as legalized, before any schedule
+        scheduled[name] = untuned[name]
+    built = _compiled(_lowered(mod, scheduled, target, database, layout_rewrite, frozenset(failing)), target, coverage)
+    built.fell_back = sorted(failing)
+    return built
+
+
+def _lowered(mod: tvm.IRModule, scheduled: tvm.IRModule, target: tvm.target.Target, database,
+             layout_rewrite: bool, plain: frozenset[str] = frozenset()) -> tvm.IRModule:
+    """`scheduled` (legalized `mod`) through the weight-layout and tail passes, the kernels in `plain` left
+    without a default schedule."""
     with target:
-        lower = tvm.transform.Sequential((_weight_layout_passes() if layout_rewrite else []) + _tail_passes(target))
+        lower = tvm.transform.Sequential((_weight_layout_passes() if layout_rewrite else []) + _tail_passes(target, plain))
     with _build_context(mod, target, database):
-        lowered = lower(scheduled)
-    return _compiled(lowered, target, tuning_coverage(scheduled, lowered) if database is not None else None)
+        return lower(scheduled)
+
+
+def _failing_kernels(lowered: tvm.IRModule, target: tvm.target.Target) -> set[str]:
+    """Names (as legalized) of the kernels of `lowered` that fail to compile on their own."""
+    failing = set()
+    for gv, func in lowered.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        try:
+            tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target)
+        except Exception:  # noqa: BLE001 - any failure to compile it alone
+            failing.add(gv.name_hint.removesuffix("_prepacked"))
+    return failing
 
 
 def build_tvm_default(mod: tvm.IRModule, target: tvm.target.Target) -> Built:

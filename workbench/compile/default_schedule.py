@@ -26,13 +26,13 @@ def default_schedule(func, target: tvm.target.Target) -> Schedule | None:
     return packed_schedule(func, kind, target)
 
 
-def default_cpu_schedule(target: tvm.target.Target) -> tvm.transform.Pass:
-    """Give every CPU kernel no database covered its default schedule."""
+def default_cpu_schedule(target: tvm.target.Target, plain: frozenset[str] = frozenset()) -> tvm.transform.Pass:
+    """Give every CPU kernel no database covered its default schedule, but the kernels named in `plain`."""
 
     def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         mod = mod.clone()  # the caller's module (the build's legalized one, read for coverage after) stays as it was
         for gv, func in list(mod.functions.items()):
-            sch = default_schedule(func, target)
+            sch = None if gv.name_hint in plain else default_schedule(func, target)
             if sch is not None:
                 mod[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
         return mod
