@@ -101,6 +101,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_passes(_args: argparse.Namespace) -> int:
+    from workbench.passes.named_pipelines import NAMED_PIPELINES
     from workbench.passes.registry import all_passes
 
     table = Table(title="Registered passes (use in `pipeline:` or --pipeline 'a,b(k=v)')")
@@ -111,6 +112,13 @@ def cmd_passes(_args: argparse.Namespace) -> int:
                            for name, field in entry.params.model_fields.items()) or "—"
         table.add_row(entry.name, entry.family, params, entry.doc)
     stdout.print(table)
+    named = Table(title="Named pipelines (a name in `pipeline:`, alone or among passes; --pipeline default)")
+    for column in ("name", "what it is for", "target", "expands to"):
+        named.add_column(column)
+    for pipeline in NAMED_PIPELINES.values():
+        for kind, text in pipeline.by_target.items():
+            named.add_row(pipeline.name, pipeline.doc, "any" if kind == "*" else kind, text.replace(",", ", "))
+    stdout.print(named)
     return 0
 
 
@@ -139,7 +147,7 @@ def make_parser() -> argparse.ArgumentParser:
     run = verbs.add_parser("run", help="run one experiment: import, pipeline, build, measure vs baselines")
     run.add_argument("config", help="experiment YAML file")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
-    run.add_argument("--pipeline", metavar="TEXT", help="pipeline as one line, e.g. 'fold_constant,fuse,dce'")
+    run.add_argument("--pipeline", metavar="TEXT", help="pipeline as one line, e.g. 'default' or 'fold_constant,fuse,dce'")
     run.add_argument("--dump-ir", metavar="DIR", help="write the Relax IR after each pass into DIR")
     run.set_defaults(handler=cmd_run)
 
@@ -156,7 +164,8 @@ def make_parser() -> argparse.ArgumentParser:
     profile.add_argument("--top", type=int, metavar="N", help="kernels shown per side (default 10)")
     profile.set_defaults(handler=cmd_profile)
 
-    passes = verbs.add_parser("passes", help="list the registered passes with their parameters")
+    passes = verbs.add_parser("passes", help="list the registered passes with their parameters, and the named "
+                                             "pipelines with what they expand to")
     passes.set_defaults(handler=cmd_passes)
 
     report = verbs.add_parser("report", help="rebuild report.md and the table from a run folder")

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, V
 
 from workbench.passes import pipeline_spec
 from workbench.errors import YAML_ERRORS, UserError
+from workbench.passes.named_pipelines import expand
 from workbench.passes.pipeline_spec import PassSpec
 
 BASELINES = ("ort_all", "ort_none", "tvm_default", "tvm_unoptimized")  # the default list
@@ -174,7 +175,7 @@ class Experiment(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     model: ModelConfig
     target: TargetConfig = Field(default_factory=TargetConfig)
-    pipeline: list[PassSpec] = Field(default_factory=list, description="ordered passes; YAML list or one-line text")
+    pipeline: list[PassSpec] = Field(default_factory=list, description="ordered passes and named pipelines (default, core); YAML list or one-line text")
     baselines: list[BaselineName] = Field(default_factory=lambda: list(BASELINES))
     measure: MeasureConfig = Field(default_factory=MeasureConfig)
     accuracy: AccuracyConfig = Field(default_factory=AccuracyConfig)
@@ -196,6 +197,11 @@ class Experiment(Strict):
             return pipeline_spec.from_yaml(value)
         except UserError as exc:
             raise ValueError(str(exc)) from exc
+
+    @model_validator(mode="after")
+    def _named_pipelines(self) -> Experiment:
+        self.pipeline = expand(self.pipeline, self.target.kind)
+        return self
 
     @model_validator(mode="after")
     def _reference_is_measured(self) -> Experiment:
