@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from workbench.cli import main
+from workbench.passes.named_pipelines import NAMED_PIPELINES
 
 
 def write_config(tmp_path: Path, **changes) -> Path:
@@ -25,16 +26,15 @@ def test_full_run_writes_result_report_and_store(tmp_path, capsys):
     out_dir = tmp_path / "runs" / "quick"
     result = json.loads((out_dir / "result.json").read_text())
     assert result["status"] == "complete" and result["name"] == "quickstart"
-    assert result["pipeline_text"] == ("fold_constant,fold_batchnorm,convert_layout(conv2d=NHWC),fold_constant,"
-                                       "pack_conv2d,fuse,dce")
+    assert result["pipeline_text"] == NAMED_PIPELINES["default"].by_target["llvm"]  # quickstart: `pipeline: default`
     labels = {"workbench", "ort_all", "ort_none", "tvm_default", "tvm_unoptimized"}
     assert set(result["measurements"]) == labels
     for label, figures in result["measurements"].items():
         assert figures["median_ms"] > 0 and figures["p90_ms"] >= figures["median_ms"] and figures["repeats"] == 5
     assert set(result["accuracy"]) == labels - {"ort_none"} and all(a["ok"] for a in result["accuracy"].values())
     assert result["kernels"]["workbench"] < result["kernels"]["tvm_unoptimized"]
-    assert [p["name"] for p in result["passes"]] == ["fold_constant", "fold_batchnorm", "convert_layout",
-                                                     "fold_constant", "pack_conv2d", "fuse", "dce"]
+    assert [p["name"] for p in result["passes"]] == ["fold_constant", "fold_batchnorm", "conv_transpose_as_conv",
+                                                     "convert_layout", "fold_constant", "pack_conv2d", "fuse", "dce"]
     # the committed database for this CPU (or the closest one, said so) schedules the convs
     assert result["target_resolved"]["key"] == f"llvm-{result['target_resolved']['host_cpu']}"
     tuning = result["tuning"]
