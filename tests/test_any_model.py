@@ -11,8 +11,9 @@ from tvm.s_tir import meta_schedule as ms
 from workbench.compile.build import build_lowered
 from workbench.compile.targets import make_target
 from workbench.compile.tune import extract_tasks, tuning_module
-from workbench.config import TargetConfig
+from workbench.config import TargetConfig, validate
 from workbench.measure.runners import ort_runner, tvm_runner
+from workbench.models import zoo
 from workbench.passes.pipeline import count_ops, run_pipeline
 from workbench.passes.pipeline_spec import parse_text
 
@@ -115,3 +116,13 @@ def test_a_tuned_schedule_that_fails_to_lower_falls_back_to_plain_loops(zoo_rela
     assert built.fell_back == ["max_pool2d"]
     np.testing.assert_allclose(tvm_runner("workbench", built, inputs, llvm).infer()[0],
                                ort_runner("ort_none", model, inputs).infer()[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", zoo.NAMES)
+def test_every_zoo_model_builds_with_the_default_pipeline_and_matches_ort(zoo_relax, name):
+    model, mod = zoo_relax(name)
+    target = make_target(TargetConfig())
+    specs = validate({"name": "t", "model": {"source": f"zoo:{name}", "inputs": {}}, "pipeline": "default"}, "t").pipeline
+    optimized, _ = run_pipeline(mod, specs, target, stats=False)
+    assert assert_builds_and_matches_ort(model, optimized, target).fell_back == []
