@@ -52,6 +52,14 @@ def _checker_failing_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
 
 
+def _opset_99_model() -> onnx.ModelProto:
+    """One Relu stamped opset 99: the checker and TVM take it, ONNX Runtime (the reference) refuses it."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "future",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 99)], ir_version=9)
+
+
 @pytest.fixture(scope="module")
 def corpus_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("bad_inputs")
@@ -63,6 +71,7 @@ def corpus_dir(tmp_path_factory) -> Path:
     (folder / "not_onnx.onnx").write_text("this is a text file, not a protobuf\n" * 3)
     onnx.save(_checker_failing_model(), folder / "fails_checker.onnx")
     onnx.save(_rnn_model(), folder / "rnn.onnx")
+    onnx.save(_opset_99_model(), folder / "opset_99.onnx")
     np.save(folder / "x_1x3x8x8.npy", np.zeros((1, 3, 8, 8), np.float32))
     return folder
 

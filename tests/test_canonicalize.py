@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 from workbench.errors import UserError
-from workbench.models.canonicalize import InputSpec, canonicalize
+from workbench.models.canonicalize import InputSpec, canonicalize, supported_opset
 from workbench.models.importer import import_to_relax
 from workbench.models.sources import fetch_pkg_file
 
@@ -207,6 +207,44 @@ def test_checker_failure_is_a_user_error():
     model = helper.make_model(graph, opset_imports=OPSET)
     with pytest.raises(UserError, match=r"fails the ONNX checker.*undefined_tensor"):
         canonicalize(model, {})
+
+
+def _stamped(opset: int, domain: str = "") -> onnx.ModelProto:
+    """One Relu stamped with `opset` for `domain` (the default domain keeps opset 17 if another is stamped)."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    opsets = [helper.make_opsetid(domain, opset)] + ([] if domain in ("", "ai.onnx") else OPSET)
+    return helper.make_model(graph, opset_imports=opsets, ir_version=8)
+
+
+def _ort_accepts(model: onnx.ModelProto) -> bool:
+    try:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001 - onnxruntime's error classes are not exported
+        return False
+    return True
+
+
+def test_supported_opset_is_the_newest_both_onnx_and_onnxruntime_take():
+    limit = supported_opset()
+    assert 17 <= limit <= onnx.defs.onnx_opset_version()
+    assert _ort_accepts(_stamped(limit))
+    assert limit == onnx.defs.onnx_opset_version() or not _ort_accepts(_stamped(limit + 1))
+
+
+@pytest.mark.parametrize("domain", ["", "ai.onnx"])
+def test_a_newer_opset_than_supported_is_refused_up_front(domain):
+    limit = supported_opset()
+    assert canonicalize(_stamped(limit, domain), {}).graph.node[0].op_type == "Relu"
+    with pytest.raises(UserError, match=rf"the model imports ONNX opset 99, but the highest supported here is "
+                                        rf"{limit} \(onnx .* knows up to \d+, onnxruntime .* runs up to \d+\); "
+                                        rf"export the model at opset {limit} or lower"):
+        canonicalize(_stamped(99, domain), {})
+
+
+def test_other_domains_opsets_are_not_checked():
+    assert canonicalize(_stamped(99, "com.microsoft"), {}).opset_import
 
 
 # --- import errors ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ them are left exactly as exported, so the workbench's passes still see the real 
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -44,11 +45,13 @@ class InputSpec:
 
 
 def canonicalize(model: onnx.ModelProto, inputs: dict[str, InputSpec]) -> onnx.ModelProto:
-    """Freeze input shapes, run the ONNX checker, fold shape-computing subgraphs, unroll LSTM/GRU nodes.
+    """Check the opset, freeze input shapes, run the ONNX checker, fold shape-computing subgraphs, unroll
+    LSTM/GRU nodes.
 
-    Returns a new model; `model` is not modified. Raises UserError for specs that do not fit the
-    model and for models the ONNX checker rejects.
+    Returns a new model; `model` is not modified. Raises UserError for a newer opset than this
+    installation runs, for specs that do not fit the model and for models the ONNX checker rejects.
     """
+    _check_opset(model)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     _drop_initializer_inputs(out)
@@ -61,6 +64,62 @@ def canonicalize(model: onnx.ModelProto, inputs: dict[str, InputSpec]) -> onnx.M
     _fold_shape_computations(out)
     out = expand_recurrent(out)
     return out
+
+
+# --- the opset ------------------------------------------------------------------------------
+
+
+def _check_opset(model: onnx.ModelProto) -> None:
+    """Refuse a default-domain opset newer than `supported_opset()`, before any long work.
+
+    ONNX's checker accepts any opset number and TVM's frontend imports it, but ONNX Runtime (the accuracy
+    reference) refuses it: without this check such a run builds, measures, and checks nothing. Other
+    domains (ai.onnx.ml, com.microsoft, ...) have their own numbering and are left to the runtimes.
+    """
+    version = max((opset.version for opset in model.opset_import if opset.domain in DEFAULT_DOMAINS), default=0)
+    limit = supported_opset()
+    if version > limit:
+        import onnxruntime
+
+        raise UserError(
+            f"the model imports ONNX opset {version}, but the highest supported here is {limit} (onnx "
+            f"{onnx.__version__} knows up to {onnx.defs.onnx_opset_version()}, onnxruntime {onnxruntime.__version__} "
+            f"runs up to {_onnxruntime_opset()}); export the model at opset {limit} or lower"
+        )
+
+
+def supported_opset() -> int:
+    """The newest default-domain opset both the installed onnx (checker, shape inference, folding) and the
+    installed ONNX Runtime (the reference and its baselines) support."""
+    return min(onnx.defs.onnx_opset_version(), _onnxruntime_opset())
+
+
+@functools.cache
+def _onnxruntime_opset() -> int:
+    """The newest default-domain opset the installed ONNX Runtime accepts, found by asking it.
+
+    onnxruntime publishes no constant for it, and a table keyed by its version would go stale with every
+    release. So, from onnx's own limit downwards, the first opset for which ONNX Runtime creates a session
+    on a graph with no nodes, with its default session options (the ones every ONNX Runtime label uses):
+    with no nodes there is no kernel to miss, so only the opset stamp can be refused. The first probe
+    usually succeeds; each takes under a millisecond, once per process. If none is accepted (never seen),
+    onnx's limit alone applies.
+    """
+    import onnxruntime
+
+    value = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])
+    graph = helper.make_graph([], "opset_probe", [value], [value])
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # the probe's refusals are expected: keep them off the console
+    newest = onnx.defs.onnx_opset_version()
+    for version in range(newest, 0, -1):
+        probe = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)], ir_version=8)
+        try:
+            onnxruntime.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        except Exception:  # noqa: BLE001 - onnxruntime raises its own (non-exported) classes for a refused model
+            continue
+        return version
+    return newest
 
 
 # --- freezing inputs -------------------------------------------------------------------------
