@@ -1,7 +1,8 @@
 """The `workbench` command: verbs run, tune, profile, passes, report, sweep.
 
 Exit codes: 0 success, 2 a user mistake (one readable message; traceback only with --debug),
-1 an internal error (short message; the traceback goes to a log file), 130 interrupted.
+1 a run whose accuracy reference could not run (one message; what was measured is kept) or an internal
+error (short message; the traceback goes to a log file), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -15,34 +16,48 @@ import traceback
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from workbench.errors import UserError
+from workbench.errors import ReferenceFailed, UserError
+
+if TYPE_CHECKING:  # the config module is imported by the verbs that need it, not at start-up
+    from workbench.config import Experiment
 
 # Tables are wide: when output is not a terminal (CI logs, pipes), do not squeeze them into 80 columns.
 stdout = Console(width=None if sys.stdout.isatty() else 140)
 stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
 
+def _print_run(result: dict, experiment: Experiment) -> None:
+    """The run's table and where its files and store row went."""
+    from workbench.record.report import console_table
+
+    stdout.print(console_table(result))
+    out_dir = experiment.output_dir(Path.cwd())
+    stdout.print(f"Wrote {out_dir / 'result.json'}, {out_dir / 'report.md'}; "
+                 f"store {experiment.results_path(Path.cwd())} (run {result['run_id']})")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from workbench.config import load_experiment
     from workbench.experiment import run_experiment
-    from workbench.record.report import console_table
 
     overrides = list(args.set or [])
     if args.pipeline is not None:
         overrides.append(f"pipeline={json.dumps(args.pipeline)}")
     experiment = load_experiment(Path(args.config), overrides)
     args.log_dir = experiment.output_dir(Path.cwd())
-    result = run_experiment(experiment, Path.cwd(), stderr, Path(args.dump_ir) if args.dump_ir else None,
-                            config_path=Path(args.config))
-    stdout.print(console_table(result))
-    out_dir = experiment.output_dir(Path.cwd())
-    stdout.print(f"Wrote {out_dir / 'result.json'}, {out_dir / 'report.md'}; "
-                 f"store {experiment.results_path(Path.cwd())} (run {result['run_id']})")
+    try:
+        result = run_experiment(experiment, Path.cwd(), stderr, Path(args.dump_ir) if args.dump_ir else None,
+                                config_path=Path(args.config))
+    except ReferenceFailed as exc:  # what was measured is still shown; `main` then says why the run failed
+        _print_run(exc.result, experiment)
+        raise
+    _print_run(result, experiment)
     return 0
 
 
@@ -198,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
-    except UserError as exc:
+    except (UserError, ReferenceFailed) as exc:
         if args.debug:
             traceback.print_exc()
         stderr.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)

@@ -1,7 +1,9 @@
-"""The one exception type for user mistakes.
+"""The exception types the CLI answers with one message instead of a traceback.
 
 Anything raised as `UserError` is the user's to fix (bad config, missing file, unknown pass):
-the CLI prints its message and exits with code 2. Every other exception is an internal bug.
+the CLI prints its message and exits with code 2. `BaselineUnavailable` and `ReferenceFailed` are
+what a run found (a baseline or the accuracy reference could not run). Every other exception is an
+internal bug.
 """
 
 from __future__ import annotations
@@ -17,6 +19,18 @@ class UserError(Exception):
 
 class BaselineUnavailable(Exception):
     """A baseline cannot run here (package missing, model unsupported); the run reports it and goes on."""
+
+
+class ReferenceFailed(Exception):
+    """The accuracy reference could not run, so no output was checked: the run is recorded as failed (result.json,
+    report, store row, with every label that was measured) and then this is raised, carrying that result. The CLI
+    prints its one-line message and exits 1; a sweep records the variant as failed."""
+
+    exit_code = 1
+
+    def __init__(self, result: dict):
+        super().__init__(result["error"])
+        self.result = result
 
 
 # What parsing YAML text raises on bad input: PyYAML's own errors, and the bare ValueError its int constructor

@@ -30,7 +30,7 @@ from workbench.compile.build import Built, build_lowered, build_tvm_default
 from workbench.compile.databases import applied_database
 from workbench.config import WORKBENCH_LABEL, Experiment
 from workbench.compile.cuda_report import kernel_report
-from workbench.errors import BaselineUnavailable, UserError
+from workbench.errors import BaselineUnavailable, ReferenceFailed, UserError
 from workbench.measure.inputs import canonical_model, make_inputs
 from workbench.measure.iree import iree_runner, iree_version
 from workbench.models.importer import import_to_relax
@@ -214,6 +214,10 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
                    config_path: Path | None = None) -> dict:
     """Run the experiment, write its files and (with `store`) its store row; return the result dict.
 
+    A baseline that cannot run is reported and the run goes on, but when that baseline is the accuracy
+    reference nothing was checked: every label is still measured and written, with status "failed" and
+    `error` the reason, and then ReferenceFailed (carrying the result) is raised.
+
     A sweep passes store=False (its parent process adds the row together with the variants it measures)
     and one `builds` dict for all runs of a worker: a TVM baseline, or an optimized module equal to one
     built before (another seed, another repeat), is compiled once per worker and measured afresh in each run.
@@ -303,6 +307,9 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
                 reason = str(exc) if isinstance(exc, BaselineUnavailable) else f"{exc.__class__.__name__}: {exc}"
                 result["measurements"][label] = _not_measured(f"not available: {reason}")
                 result["kernels"].setdefault(label, None)
+                if label == experiment.accuracy.reference:
+                    result["error"] = (f"accuracy reference {label} did not run, no output was checked: "
+                                       + " ".join(reason.split()))  # one line: ORT's messages end in newlines
         atomic_write_json(out_dir / "result.json", result)
 
     if experiment.profile is not None:
@@ -316,10 +323,12 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
             result["accuracy"][label] = {"ok": None, "note": f"reference {experiment.accuracy.reference} did not run"}
         elif label != experiment.accuracy.reference:
             result["accuracy"][label] = compare(produced, reference, experiment.accuracy.rtol, experiment.accuracy.atol)
-    result["status"] = "complete"
+    result["status"] = "failed" if "error" in result else "complete"
     atomic_write_json(out_dir / "result.json", result)
     write_report(result, out_dir)
     if store:
         with ResultsStore(experiment.results_path(base_dir)) as results:
             result["run_id"] = results.add(result)
+    if result["status"] == "failed":
+        raise ReferenceFailed(result)
     return result

@@ -278,7 +278,8 @@ def write_report(result: dict, out_dir: Path) -> Path:
         f"- model: `{model.get('source')}`, inputs `{json.dumps(model.get('inputs'))}`\n"
         f"- target: `{_target_text(result)}`, built for {_resolved_text(result)}\n"
         f"- pipeline: `{result.get('pipeline_text') or '(empty)'}`\n"
-        f"- accuracy reference: `{result.get('reference')}`",
+        f"- accuracy reference: `{result.get('reference')}`"
+        + (f"\n- **run failed**: {result['error']}" if result.get("status") == "failed" else ""),
         "## Latency and accuracy",
         _markdown_table(COLUMNS, [_cells(row) for row in summary_rows(result)]),
         f"*{SPEEDUP_NOTE}.*",
