@@ -11,7 +11,6 @@ import contextlib
 import io
 import types
 import warnings
-from collections.abc import Iterator
 
 import onnx
 import tvm
@@ -19,6 +18,7 @@ from tvm.relax.frontend.onnx import from_onnx
 from tvm.relax.frontend.onnx import onnx_frontend
 
 from workbench.errors import UserError
+from workbench.models.graph_walk import all_nodes
 
 # Ops the frontend converts in `_construct_nodes` itself rather than through its converter map.
 DIRECTLY_HANDLED_OPS = frozenset({"If", "Constant"})
@@ -47,21 +47,13 @@ def _check_supported(graph: onnx.GraphProto) -> None:
     """Raise one UserError listing every op type the frontend cannot convert, with its first node."""
     supported = set(onnx_frontend._get_convert_map()) | DIRECTLY_HANDLED_OPS  # noqa: SLF001
     first_node: dict[str, str] = {}
-    for node in _all_nodes(graph):
+    for node in all_nodes(graph):
         if node.op_type not in supported:
             first_node.setdefault(node.op_type, node.name or f"<unnamed, output {node.output[0]!r}>")
     if first_node:
         listed = ", ".join(f"{op} (first at node {name!r})" for op, name in first_node.items())
         raise UserError(f"TVM's Relax ONNX frontend does not support these op types: {listed}")
 
-
-def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    """Nodes of `graph` and of the subgraphs inside them (If branches), in order."""
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            for subgraph in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
-                yield from _all_nodes(subgraph)
 
 
 def _describe_failure(exc: Exception) -> str:

@@ -19,7 +19,6 @@ constant equal to the full sequence length; anything else raises a UserError nam
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +26,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from workbench.errors import UserError
+from workbench.models.graph_walk import all_nodes
 
 RECURRENT_OPS = frozenset({"LSTM", "GRU"})
 DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh")}
@@ -125,7 +125,7 @@ def expand_recurrent(model: onnx.ModelProto) -> onnx.ModelProto:
     (If branches) are expanded when their input shapes are known there and left as they are
     otherwise. Raises UserError for a node in the main graph that cannot be expanded exactly.
     """
-    if not any(node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx") for node in _all_nodes(model.graph)):
+    if not any(node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx") for node in all_nodes(model.graph)):
         return model
     out = onnx.shape_inference.infer_shapes(model, data_prop=True)  # a copy, with every intermediate's shape
     opset = next((o.version for o in out.opset_import if o.domain in ("", "ai.onnx")), 1)
@@ -169,19 +169,12 @@ def _expand_node(node: onnx.NodeProto, scope: _Scope, opset: int, names: _Names)
     return emit.nodes
 
 
-def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            for subgraph in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
-                yield from _all_nodes(subgraph)
-
 
 def _all_names(graph: onnx.GraphProto) -> set[str]:
     """Every value and node name in `graph` and its subgraphs: new names must not collide with any."""
     names = {value.name for value in [*graph.input, *graph.output, *graph.value_info]}
     names.update(init.name for init in graph.initializer)
-    for node in _all_nodes(graph):
+    for node in all_nodes(graph):
         names.update(node.input)
         names.update(node.output)
         names.add(node.name)
