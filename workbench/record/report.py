@@ -137,11 +137,11 @@ def _cuda_markdown(result: dict) -> str:
     """report.md's CUDA section: the per-build table, then every workbench kernel."""
     reports = result["cuda"]
     parts = ["## CUDA kernels (static: from the generated CUDA source and `ptxas -v`, no GPU needed)",
-             _markdown_table(CUDA_COLUMNS, [_cuda_cells(label, report) for label, report in reports.items()]),
+             markdown_table(CUDA_COLUMNS, [_cuda_cells(label, report) for label, report in reports.items()]),
              "*launches / inference: kernel calls one inference makes; intermediate MB: tensors one kernel writes "
              "for another (graph outputs excluded). Sources: `cuda/<label>.cu`, `cuda/<label>.ptx`.*"]
     if WORKBENCH in reports:
-        parts += ["### workbench kernels", _markdown_table(KERNEL_COLUMNS, [
+        parts += ["### workbench kernels", markdown_table(KERNEL_COLUMNS, [
             [name, _number(k["threads_per_block"], "d"), _number(k["registers"], "d"), _number(k["shared_bytes"], "d")]
             for name, k in reports[WORKBENCH]["per_kernel"].items()])]
     return "\n\n".join(parts)
@@ -210,7 +210,7 @@ def console_table(result: dict) -> Table:
     return grid
 
 
-def _markdown_table(header: tuple[str, ...], rows: list[list[str]]) -> str:
+def markdown_table(header: tuple[str, ...], rows: list[list[str]]) -> str:
     def cell(text: str) -> str:
         return " ".join(text.split()).replace("|", "\\|")  # one line per row; a '|' would split the cell
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -281,13 +281,13 @@ def write_report(result: dict, out_dir: Path) -> Path:
         f"- accuracy reference: `{result.get('reference')}`"
         + (f"\n- **run failed**: {result['error']}" if result.get("status") == "failed" else ""),
         "## Latency and accuracy",
-        _markdown_table(COLUMNS, [_cells(row) for row in summary_rows(result)]),
+        markdown_table(COLUMNS, [_cells(row) for row in summary_rows(result)]),
         f"*{SPEEDUP_NOTE}.*",
         f"![latency]({chart.name})",
         "## Passes",
-        _markdown_table(PASS_COLUMNS, [_pass_cells(record) for record in passes]) if passes else "(empty pipeline)",
+        markdown_table(PASS_COLUMNS, [_pass_cells(record) for record in passes]) if passes else "(empty pipeline)",
         *([_cuda_markdown(result)] if result.get("cuda") else []),
-        *(["## Where the time goes", _markdown_table(PROFILE_COLUMNS, profile_rows(result)), f"*{profile_note(result)}.*"]
+        *(["## Where the time goes", markdown_table(PROFILE_COLUMNS, profile_rows(result)), f"*{profile_note(result)}.*"]
           if result.get("profile") else []),
         "## Provenance",
         "\n".join(f"- {key}: `{value}`" for key, value in (result.get("provenance") or {}).items()),
