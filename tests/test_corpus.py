@@ -1,11 +1,14 @@
-"""The real-model corpus: the file loads and every entry can run, a bad entry says what and where."""
+"""The real-model corpus: the file loads and every entry can run, a bad entry says what and where, and real models
+build with `pipeline: default` and match ONNX Runtime."""
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from workbench.errors import UserError
+from workbench.measure.side_by_side import COMPARED, bench
 from workbench.models import zoo
 from workbench.models.corpus import load_corpus
 
@@ -29,7 +32,7 @@ def test_the_corpus_loads_and_every_entry_makes_a_valid_experiment():
         assert all(spec.shape for spec in entry.inputs.values())
         if entry.source.startswith("zoo:"):  # the zoo's own input names and shapes, as configs use them
             assert {k: v.shape for k, v in entry.inputs.items()} == zoo.default_inputs(entry.source[4:])
-        experiment = entry.experiment("default", ["ort_all", "iree"])
+        experiment = entry.experiment("default", list(COMPARED))
         assert experiment.accuracy.reference == "ort_none" and experiment.accuracy.atol == entry.tolerance.atol
         assert [spec.name for spec in experiment.pipeline][-2:] == ["fuse", "dce"]  # `default` expanded for the CPU
 
@@ -56,3 +59,17 @@ def test_repeated_names_and_unknown_selections_are_errors(tmp_path):
         load_corpus(write_corpus(tmp_path, GOOD, GOOD))
     with pytest.raises(UserError, match="not in the corpus: 'tinny' \\(did you mean 'tiny'\\?\\)"):
         load_corpus(write_corpus(tmp_path, GOOD)).select(["tinny"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["rapidocr_cls", "magika"])
+def test_a_real_model_builds_with_the_default_pipeline_and_matches_ort(tmp_path, name):
+    """The benchmark's own path (fetch the wheel, canonicalize, import, `default`, build, run) on a real model."""
+    entry = load_corpus().select([name])[0]
+    lines = []
+    row = bench(entry.experiment("default", []), [], tmp_path, repeat=1, rounds=1, log=lines.append)
+    assert row.status == "ok", row.reason
+    assert row.accuracy["ok"] and row.accuracy["max_abs_err"] <= entry.tolerance.atol
+    assert row.medians_ms["workbench"] > 0 and row.kernels > 0
+    stages = [re.match(r"\w+: (\w+)", line).group(1) for line in lines]
+    assert stages[:5] == ["load", "import", "pipeline", "build", "run"]

@@ -1,0 +1,159 @@
+"""One model, side by side on this CPU: the workbench build of an experiment next to ONNX Runtime and IREE, in this
+process, checked against ONNX Runtime, with every failure kept as the row's one-line reason.
+
+A benchmark over many models must survive each one: a model that cannot be fetched, imported, optimized or built,
+or whose outputs differ from ONNX Runtime's, becomes a row that says at which stage and why, and the next model
+runs. A baseline that cannot run (IREE cannot lower an op) leaves its cell empty with its reason. The labels are
+timed in interleaved rounds (`interleaved_medians`), so a load change on the machine hits all of them alike.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import onnx
+
+from workbench.compile.build import build_lowered
+from workbench.compile.targets import GENERIC_CPU, make_target
+from workbench.config import WORKBENCH_LABEL, Experiment
+from workbench.errors import BaselineUnavailable, UserError
+from workbench.measure.accuracy import compare
+from workbench.measure.inputs import canonical_model, make_inputs
+from workbench.measure.iree import iree_runner
+from workbench.measure.runners import Runner, ort_runner, tvm_runner
+from workbench.measure.threads import target_threads
+from workbench.measure.timing import interleaved_medians
+from workbench.models.importer import import_to_relax
+from workbench.passes.pipeline import run_pipeline
+
+REFERENCE = "ort_none"
+COMPARED = ("ort_all", "iree")  # the baselines this bench can time beside the workbench build
+REASON_CHARS = 200
+
+
+@dataclass
+class Row:
+    """What one model's run produced: medians by label, the workbench's accuracy, and why anything is missing."""
+
+    name: str
+    rtol: float  # the tolerance the workbench's outputs were checked with
+    atol: float
+    medians_ms: dict[str, float] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)  # baseline label -> why it was not measured
+    accuracy: dict | None = None  # workbench vs ort_none (measure.accuracy.compare)
+    kernels: int | None = None
+    failure: str | None = None  # "stage: reason" where the workbench's path stopped
+    mismatch: str | None = None  # why the workbench's outputs do not count as ONNX Runtime's
+
+    @property
+    def status(self) -> Literal["ok", "mismatch", "failed"]:
+        return "failed" if self.failure else "mismatch" if self.mismatch else "ok"
+
+    @property
+    def reason(self) -> str | None:
+        return self.failure or self.mismatch
+
+    def ratio(self, label: str) -> float | None:
+        """label median / workbench median (> 1: the workbench is faster); None where either was not timed."""
+        ours, theirs = self.medians_ms.get(WORKBENCH_LABEL), self.medians_ms.get(label)
+        return theirs / ours if ours and theirs else None
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line: its first non-empty message line, with its type unless it is ours."""
+    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    ours = isinstance(exc, (UserError, BaselineUnavailable))
+    reason = text if ours and text else f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 3] + "..."
+
+
+class StageFailed(Exception):
+    """A stage failed; the message ("stage: reason") is what the row says."""
+
+
+@dataclass
+class _Stages:
+    """Times each stage and logs one line for it (done or failed), so a long run reads well in a plain log."""
+
+    name: str
+    log: Callable[[str], None]
+
+    @contextmanager
+    def __call__(self, stage: str, detail: str = "") -> Iterator[None]:
+        """Run the block as `stage` (the row's reason names it); `detail` only goes into the log line."""
+        started = time.perf_counter()
+        title = f"{stage}, {detail}" if detail else stage
+        try:
+            yield
+        except Exception as exc:  # any failure of a model (TVM raises many types) is its row's reason
+            reason = one_line(exc)
+            self.log(f"{self.name}: {title} FAILED after {time.perf_counter() - started:.1f} s: {reason}")
+            raise StageFailed(f"{stage}: {reason}") from exc
+        self.log(f"{self.name}: {title} ({time.perf_counter() - started:.1f} s)")
+
+
+def errors_text(accuracy: dict) -> str:
+    """A comparison's errors in one line, or why it has none (outputs of another count or shape)."""
+    if accuracy.get("note"):
+        return accuracy["note"]
+    return f"max abs err {accuracy['max_abs_err']:.1e}, max rel err {accuracy['max_rel_err']:.1e}"
+
+
+def _baseline(label: str, model: onnx.ModelProto, inputs: dict[str, np.ndarray], target, work_dir: Path) -> Runner:
+    """ONNX Runtime at the label's level, or IREE compiled for the target's CPU, on the threads TVM's kernels use."""
+    threads = target_threads(target)
+    if label == "iree":
+        return iree_runner(model, inputs, work_dir / "iree", "llvm", cpu=str(target.attrs.get("mcpu", GENERIC_CPU)),
+                           threads=threads)
+    return ort_runner(label, model, inputs, threads=threads)
+
+
+def bench(experiment: Experiment, baselines: list[str], work_dir: Path, repeat: int, rounds: int,
+          log: Callable[[str], None] = print) -> Row:
+    """Build the experiment's model with its pipeline (untuned), run it next to `baselines` (of COMPARED) on the
+    same seeded inputs, check it against ort_none within the experiment's tolerance, and time every label that
+    runs. Never raises for a model's failure: the row carries it."""
+    tolerance = experiment.accuracy
+    row, stage = Row(experiment.name, tolerance.rtol, tolerance.atol), _Stages(experiment.name, log)
+    try:
+        with stage("load"):
+            target = make_target(experiment.target)
+            model = canonical_model(experiment.model, Path.cwd())
+            inputs = make_inputs(model, experiment.model, experiment.seed, Path.cwd())
+        with stage("import"):
+            imported = import_to_relax(model)
+        with stage("pipeline", f"{len(experiment.pipeline)} passes"):
+            optimized, _ = run_pipeline(imported, experiment.pipeline, target, stats=False)
+        with stage("build"):
+            built = build_lowered(optimized, target)
+            row.kernels = built.kernels
+        with stage("run"):
+            workbench = tvm_runner(WORKBENCH_LABEL, built, inputs, target)
+            ours = workbench.infer()
+        runners = {WORKBENCH_LABEL: workbench}
+        with stage(REFERENCE):
+            reference = ort_runner(REFERENCE, model, inputs, threads=target_threads(target)).infer()
+        row.accuracy = compare(ours, reference, tolerance.rtol, tolerance.atol)
+        errors = errors_text(row.accuracy)
+        if not row.accuracy["ok"]:
+            row.mismatch = f"accuracy: {errors}, beyond rtol {tolerance.rtol:g} / atol {tolerance.atol:g}"
+        log(f"{experiment.name}: vs {REFERENCE}: {'ok' if row.accuracy['ok'] else 'MISMATCH'}, {errors}")
+        for label in baselines:
+            try:
+                with stage(label):
+                    runner = _baseline(label, model, inputs, target, work_dir)
+                    runner.infer()  # a baseline that fails at run time fails here, not in the middle of timing
+                runners[label] = runner
+            except StageFailed as exc:
+                row.unavailable[label] = str(exc).removeprefix(f"{label}: ")
+        with stage("timing", f"{len(runners)} labels, {rounds} rounds of {repeat} runs"):
+            row.medians_ms = interleaved_medians(runners, repeat, rounds)
+    except StageFailed as exc:
+        row.failure = str(exc)
+    return row
