@@ -14,13 +14,20 @@ REQUIRED_OPS = {
     "convnet_small": {"Conv", "BatchNormalization", "Relu", "Add", "MaxPool", "GlobalAveragePool", "Flatten", "Gemm"},
     "mobilenet_block": {"Conv", "BatchNormalization", "HardSwish", "Clip", "Add", "GlobalAveragePool", "Gemm"},
     "transformer_block": {"LayerNormalization", "MatMul", "Transpose", "Softmax", "Erf", "Div", "Mul", "Add"},
+    "byte_classifier": {"Gather", "Conv", "Relu", "ReduceMean", "Max", "Sqrt", "MatMul", "Softmax", "Gemm"},
+    "yolo_block": {"Slice", "Conv", "Sigmoid", "Mul", "Split", "Concat", "MaxPool", "Resize"},
 }
-OUTPUT_SHAPES = {"convnet_small": (1, 10), "mobilenet_block": (1, 10), "transformer_block": (1, 32, 64)}
-INPUT_DIMS = {"convnet_small": ["N", 3, "H", "W"], "mobilenet_block": ["N", 16, "H", "W"], "transformer_block": ["N", "S", 64]}
+OUTPUT_SHAPES = {"convnet_small": (1, 10), "mobilenet_block": (1, 10), "transformer_block": (1, 32, 64),
+                 "byte_classifier": (1, 2), "yolo_block": (1, 21, 26, 26)}
+INPUT_DIMS = {"convnet_small": ["N", 3, "H", "W"], "mobilenet_block": ["N", 16, "H", "W"],
+              "transformer_block": ["N", "S", 64], "byte_classifier": ["N", "L"], "yolo_block": ["N", 3, "H", "W"]}
 
 
 def _input(name: str) -> np.ndarray:
-    return np.random.default_rng(0).standard_normal(zoo.default_inputs(name)["x"], dtype=np.float32)
+    rng, shape = np.random.default_rng(0), zoo.default_inputs(name)["x"]
+    if name == "byte_classifier":  # byte ids
+        return rng.integers(0, 256, shape).astype(np.int32)
+    return rng.standard_normal(shape, dtype=np.float32)
 
 
 def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
@@ -29,7 +36,7 @@ def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
 
 
 def test_names_and_default_inputs():
-    assert zoo.NAMES == ("convnet_small", "mobilenet_block", "transformer_block")
+    assert zoo.NAMES == ("convnet_small", "mobilenet_block", "transformer_block", "byte_classifier", "yolo_block")
     assert zoo.default_inputs("convnet_small") == {"x": [1, 3, 64, 64]}
     assert zoo.default_inputs("transformer_block") == {"x": [1, 32, 64]}
 

@@ -111,6 +111,7 @@ def _onnxruntime_opset() -> int:
     graph = helper.make_graph([], "opset_probe", [value], [value])
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # the probe's refusals are expected: keep them off the console
+    options.intra_op_num_threads = 1  # an empty graph: no thread pool to size (nor to spin beside the measured ones)
     newest = onnx.defs.onnx_opset_version()
     for version in range(newest, 0, -1):
         probe = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)], ir_version=8)

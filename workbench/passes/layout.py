@@ -11,7 +11,7 @@ from tvm import relax
 
 from workbench.passes.clip import clip_as_ops
 from workbench.passes.operands import constants_last
-from workbench.passes.pipeline import count_ops, report_analysis
+from workbench.passes.figures import count_ops, report_analysis
 from workbench.passes.registry import register
 from workbench.passes.stack import stack_as_concat
 
@@ -127,11 +127,14 @@ def _convert_what_can(mod: tvm.IRModule, desired: dict[str, list[str]]) -> tuple
     """Convert every op of `desired`; where that cannot be kept, one op at a time, keeping each that can be (the
     rest stay in their layout). Returns the module and, where ops kept their layout, how many were converted and
     how many kept theirs for each reason."""
+    total = _count_calls(mod, set(desired))
+    if total == 0:  # nothing to convert: TVM's pass would only risk failing (it ran out of memory on silero-vad)
+        return mod, {"converted": 0}
     try:
         return _convert(mod, desired, None), {}
     except _Refused as whole:
         reason = str(whole)
-    total, chosen = _count_calls(mod, set(desired)), set()
+    chosen: set[int] = set()
     skipped: Counter[str] = Counter()
     for index in range(total):
         try:
@@ -140,7 +143,8 @@ def _convert_what_can(mod: tvm.IRModule, desired: dict[str, list[str]]) -> tuple
         except _Refused as one:
             skipped[str(one)] += 1
     log.warning("convert_layout: %d of %d ops kept their layout (%s)", total - len(chosen), total, reason)
-    return _convert(mod, desired, chosen), {"converted": len(chosen), "kept_layout": dict(skipped)}
+    converted = _convert(mod, desired, chosen) if chosen else mod
+    return converted, {"converted": len(chosen), "kept_layout": dict(skipped)}
 
 
 @register("convert_layout", "layout", ConvertLayoutParams)
