@@ -31,13 +31,13 @@ from workbench.compile.build import build_lowered, build_tvm_default
 from workbench.compile.targets import make_target
 from workbench.config import Experiment, TargetConfig, load_experiment, validate
 from workbench.errors import BaselineUnavailable
-from workbench.measure.inputs import canonical_model, make_inputs
+from workbench.models.inputs import canonical_model, make_inputs
 from workbench.measure.iree import iree_runner
 from workbench.measure.timing import interleaved_medians
 from workbench.models import zoo
 from workbench.models.importer import import_to_relax
 from workbench.passes.pipeline import run_pipeline
-from workbench.passes.pipeline_spec import parse_text
+from workbench.config.pipeline_spec import parse_text
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,7 +120,7 @@ def main() -> None:
     args = parser.parse_args()
     database = None
     if args.database:
-        from workbench.compile.tune import open_database
+        from workbench.compile.databases import open_database
 
         database = open_database(Path(args.database), create=False)
     console = Console(width=max(Console().width, 200))

@@ -29,9 +29,9 @@ from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import WORKBENCH_LABEL
 from workbench.errors import UserError
 from workbench.measure.side_by_side import COMPARED, Row, bench
-from workbench.measure.threads import target_threads
+from workbench.runtime.threads import target_threads
 from workbench.models.corpus import CORPUS_FILE, load_corpus
-from workbench.passes.pipeline_spec import to_text
+from workbench.config.pipeline_spec import to_text
 from workbench.record.corpus_table import Setting, write
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -30,7 +30,7 @@ from workbench.compile.targets import make_target, target_key
 from workbench.compile.tune_run import optimized_module, tune_experiment
 from workbench.config import Experiment, load_experiment
 from workbench.errors import BaselineUnavailable
-from workbench.measure.inputs import canonical_model, make_inputs
+from workbench.models.inputs import canonical_model, make_inputs
 from workbench.measure.iree import iree_runner
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
 from workbench.measure.timing import interleaved_medians

@@ -17,11 +17,11 @@ from rich.table import Table
 
 from workbench.compile.build import build_lowered
 from workbench.config import load_experiment
-from workbench.measure.inputs import canonical_model, make_inputs
+from workbench.models.inputs import canonical_model, make_inputs
 from workbench.measure.timing import time_call
 from workbench.models.importer import import_to_relax
 from workbench.passes.pipeline import run_pipeline
-from workbench.passes.pipeline_spec import parse_text
+from workbench.config.pipeline_spec import parse_text
 from workbench.measure.runners import tvm_runner
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -31,14 +31,14 @@ from workbench.compile.build import build_lowered
 from workbench.compile.targets import make_target
 from workbench.config import Experiment, TargetConfig, load_experiment
 from workbench.experiment import calibration_samples, ort_int8_model
-from workbench.measure.accuracy import compare
-from workbench.measure.inputs import canonical_model, make_inputs
+from workbench.models.accuracy import compare
+from workbench.models.inputs import canonical_model, make_inputs
 from workbench.measure.runners import ort_runner, tvm_runner
 from workbench.measure.timing import time_call
 from workbench.models.importer import import_to_relax
-from workbench.passes.packed_conv import vnni_target
+from workbench.kernels.packed_conv import vnni_target
 from workbench.passes.pipeline import run_pipeline
-from workbench.passes.pipeline_spec import PassSpec, parse_text, to_text
+from workbench.config.pipeline_spec import PassSpec, parse_text, to_text
 
 ROOT = Path(__file__).resolve().parent.parent
 FP32 = "fold_constant,fold_batchnorm,fuse,dce"

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from workbench.sweep.report import ranked_rows, ranking, write_sweep_report
-from workbench.sweep.run import run_sweep
+from workbench.sweep.driver import run_sweep
 from workbench.sweep.spec import load_sweep
 
 

@@ -17,14 +17,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.compile.build import build_lowered, build_tvm_default  # noqa: E402
 from workbench.config import load_experiment  # noqa: E402
-from workbench.measure.inputs import canonical_model, make_inputs  # noqa: E402
+from workbench.models.inputs import canonical_model, make_inputs  # noqa: E402
 from workbench.measure.timing import time_call  # noqa: E402
 from workbench.models.importer import import_to_relax  # noqa: E402
 from workbench.passes.pipeline import run_pipeline  # noqa: E402
 from workbench.measure.runners import ort_runner, tvm_runner  # noqa: E402
 from workbench.compile.databases import choose_database  # noqa: E402
 from workbench.compile.targets import make_target, target_key  # noqa: E402
-from workbench.compile.tune import open_database  # noqa: E402
+from workbench.compile.databases import open_database  # noqa: E402
 
 
 def main() -> None:

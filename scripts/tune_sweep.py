@@ -24,11 +24,11 @@ from rich.console import Console  # noqa: E402
 
 from workbench.compile.build import build_lowered  # noqa: E402
 from workbench.config import TuningConfig, load_experiment  # noqa: E402
-from workbench.measure.inputs import canonical_model, make_inputs  # noqa: E402
+from workbench.models.inputs import canonical_model, make_inputs  # noqa: E402
 from workbench.measure.timing import time_call  # noqa: E402
 from workbench.measure.runners import tvm_runner  # noqa: E402
 from workbench.compile.targets import make_target  # noqa: E402
-from workbench.compile.tune import open_database  # noqa: E402
+from workbench.compile.databases import open_database  # noqa: E402
 from workbench.compile.tune_run import optimized_module, tune_optimized  # noqa: E402
 
 

@@ -46,7 +46,7 @@ def rpc_tracker():
                                 tracker_addr=("127.0.0.1", tracker_proc.port))
     config = RpcConfig(tracker=f"127.0.0.1:{tracker_proc.port}", key="workbench-test")
     try:
-        from workbench.measure.rpc import check_tracker
+        from workbench.runtime.rpc import check_tracker
 
         for _ in range(50):  # the server registers with the tracker shortly after it starts
             try:

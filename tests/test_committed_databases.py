@@ -13,7 +13,8 @@ import pytest
 
 from workbench.compile.databases import TARGET_FILE, choose_database
 from workbench.compile.targets import make_target
-from workbench.compile.tune import extract_tasks, open_database, plan, tuning_module
+from workbench.compile.databases import open_database
+from workbench.compile.tune import extract_tasks, plan, tuning_module
 from workbench.compile.tune_run import optimized_module
 from workbench.config import load_experiment
 

@@ -7,7 +7,7 @@ import yaml
 
 from workbench.config import apply_override, load_experiment, validate
 from workbench.errors import UserError
-from workbench.passes.pipeline_spec import parse_text
+from workbench.config.pipeline_spec import parse_text
 
 BASE = {"name": "t", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]}}}
 

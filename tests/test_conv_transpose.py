@@ -8,8 +8,9 @@ from onnx import TensorProto, helper, numpy_helper
 from workbench.compile.build import build_lowered
 from workbench.measure.runners import tvm_runner
 from workbench.models.importer import import_to_relax
-from workbench.passes.pipeline import count_ops, run_pipeline
-from workbench.passes.pipeline_spec import parse_text
+from workbench.passes.figures import count_ops
+from workbench.passes.pipeline import run_pipeline
+from workbench.config.pipeline_spec import parse_text
 
 
 def upsampler(kernel: int, stride: int) -> onnx.ModelProto:

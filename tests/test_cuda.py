@@ -13,14 +13,15 @@ import pytest
 import tvm
 from tvm import relax
 
-from workbench.compile.build import _schedule_passes, build_lowered
+from workbench.compile.build import build_lowered
+from workbench.kernels.lowering import schedule_passes
 from workbench.config import TargetConfig, validate
 from workbench.compile.cuda_report import NVCC_ENV, find_nvcc, kernel_report
 from workbench.errors import UserError
 from workbench.experiment import run_experiment
 from workbench.models.sources import resolve_source
 from workbench.passes.pipeline import run_pipeline
-from workbench.passes.pipeline_spec import PassSpec
+from workbench.config.pipeline_spec import PassSpec
 from workbench.compile.targets import make_target
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (CUDA toolkit absent)")
@@ -98,7 +99,7 @@ def test_dlight_leaves_already_scheduled_kernels_alone(zoo_relax, sm90):
         scheduled = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(only)[tuned.name_hint]
     legalized[tuned] = scheduled.with_attr("tirx.is_scheduled", True)
     with sm90:
-        out = tvm.transform.Sequential(_schedule_passes(sm90))(legalized)
+        out = tvm.transform.Sequential(schedule_passes(sm90))(legalized)
     tvm.ir.assert_structural_equal(out[tuned], legalized[tuned])
     assert all(out[gv].attrs["tirx.is_scheduled"] for gv in prims)
 
@@ -160,7 +161,7 @@ def test_rpc_measures_an_llvm_build_remotely_and_matches_the_local_run(rpc_track
         assert result["measurements"][label]["median_ms"] > 0 and result["measurements"][label]["repeats"] == 3
         assert result["accuracy"][label]["ok"], result["accuracy"][label]
 
-    from workbench.measure.rpc import connect
+    from workbench.runtime.rpc import connect
     from workbench.measure.runners import tvm_runner
 
     gc.collect()  # the run's RPC session (its server's only slot) is released when its objects are collected

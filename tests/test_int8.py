@@ -11,7 +11,7 @@ from tvm import relax
 from workbench.models import zoo
 from workbench.passes import calibration
 from workbench.passes.pipeline import run_pipeline
-from workbench.passes.pipeline_spec import parse_text
+from workbench.config.pipeline_spec import parse_text
 
 from test_precision import calls, dtype, eval_inputs, infer
 

@@ -15,7 +15,7 @@ from workbench.compile.cuda_report import compile_ptx, cuda_source, find_nvcc
 from workbench.compile.targets import make_target
 from workbench.config import TargetConfig
 from workbench.passes.pipeline import run_pipeline
-from workbench.passes.pipeline_spec import parse_text
+from workbench.config.pipeline_spec import parse_text
 
 x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 assembly")
 
@@ -50,7 +50,7 @@ def test_int8_kernels_multiply_integers_on_the_host(zoo_relax):
 
 def _vnni_packed_matmul(m: int, n: int, k: int) -> tvm.IRModule:
     """u8[m, k] x s8 weight packed [n/16, k/4, 16, 4] -> s32[m, n], tensorized with the VNNI dot product."""
-    from workbench.compile.x86_int8 import VNNI_DOT_16x4
+    from workbench.kernels.x86_int8 import VNNI_DOT_16x4
 
     x = te.placeholder((m, k), "uint8", name="X")
     w = te.placeholder((n // 16, k // 4, 16, 4), "int8", name="W")

@@ -1,4 +1,4 @@
-"""The int8 path's VNNI conv kernel (passes/packed_conv.py): chosen for NHWC convs when the target CPU has AVX-512
+"""The int8 path's VNNI conv kernel (kernels/packed_conv.py): chosen for NHWC convs when the target CPU has AVX-512
 VNNI, exact against the relax conv2d int8 path, and tensorized with `vpdpbusd`: by MetaSchedule's search space
 and by the default schedule of untuned builds (compiled for cascadelake, on any x86 host), and in tuned and
 untuned builds that run (only on a VNNI host, where the candidates can be measured)."""
@@ -18,10 +18,10 @@ from workbench.compile.tune import extract_tasks, tune_context, tune_tasks, tuni
 from workbench.config import TargetConfig, TuningConfig
 from workbench.measure.runners import tvm_runner
 from workbench.models import zoo
-from workbench.compile.x86_int8 import VNNI_DOT_16x4
-from workbench.passes.packed_conv import VNNI_U8S8, pack_weight, vnni_target
+from workbench.kernels.x86_int8 import VNNI_DOT_16x4
+from workbench.kernels.packed_conv import VNNI_U8S8, pack_weight, vnni_target
 from workbench.passes.pipeline import run_pipeline
-from workbench.passes.pipeline_spec import parse_text
+from workbench.config.pipeline_spec import parse_text
 
 from test_int8 import param_dtypes, primfuncs
 from test_int8_codegen import asm, instructions

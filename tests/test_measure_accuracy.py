@@ -4,7 +4,7 @@ import time
 
 import numpy as np
 
-from workbench.measure.accuracy import compare
+from workbench.models.accuracy import compare
 from workbench.measure.timing import summarize, time_call
 
 

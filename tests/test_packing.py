@@ -1,6 +1,6 @@
-"""pack_conv2d: fp32 NHWC convs as the packed CPU kernel (passes/packing.py, passes/packed_conv.py) — which convs
+"""pack_conv2d: fp32 NHWC convs as the packed CPU kernel (passes/packing.py, kernels/packed_conv.py) — which convs
 it takes and why it keeps the others, outputs against ONNX Runtime, the fixed schedule an untuned build gives
-the kernel (compile/packed_schedule.py), and tuning measuring that schedule first."""
+the kernel (kernels/packed_schedule.py), and tuning measuring that schedule first."""
 
 import numpy as np
 import pytest
@@ -9,15 +9,15 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.build import build_lowered
-from workbench.compile.default_schedule import default_schedule
+from workbench.kernels.default_schedule import default_schedule
 from workbench.compile.tune import extract_tasks, tune_tasks, tuning_module
 from workbench.compile.targets import cpu_features, make_target
 from workbench.config import TargetConfig, TuningConfig
 from workbench.measure.runners import ort_runner, tvm_runner
 from workbench.models import zoo
-from workbench.passes.packed_conv import DEPTHWISE_FP32, FP32
+from workbench.kernels.packed_conv import DEPTHWISE_FP32, FP32
 from workbench.passes.pipeline import run_pipeline
-from workbench.passes.pipeline_spec import parse_text
+from workbench.config.pipeline_spec import parse_text
 
 
 from test_int8 import primfuncs

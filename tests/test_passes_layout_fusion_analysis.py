@@ -9,8 +9,9 @@ from tvm_ffi import structural_hash  # TVM 0.27 moved tvm.ir.structural_hash her
 from workbench.compile.build import build_lowered
 from workbench.errors import UserError
 from workbench.passes.patterns import PATTERNS, composites, pattern_kernels
-from workbench.passes.pipeline import count_kernels, count_ops, run_pipeline
-from workbench.passes.pipeline_spec import parse_text
+from workbench.passes.figures import count_kernels, count_ops
+from workbench.passes.pipeline import run_pipeline
+from workbench.config.pipeline_spec import parse_text
 from workbench.measure.runners import ort_runner, tvm_runner
 
 
@@ -250,27 +251,3 @@ def test_fuse_lowers_planned_memory_and_kernel_count(zoo_relax, llvm, name):
     assert 0 < after_mem["planned_bytes"] < before_mem["planned_bytes"]
     assert after_k["kernels"] < before_k["kernels"]
     assert records[3].analysis["kernels"] == after_k["kernels"]  # the per-pass figure agrees
-
-
-def test_convert_layout_refuses_models_whose_conv2d_transpose_cannot_follow(llvm):
-    """rapidocr det has Conv -> ConvTranspose: NHWC would make the transpose unlowerable, so say it up front."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    from workbench.errors import UserError
-    from workbench.models.importer import import_to_relax
-    from workbench.passes.pipeline import run_pipeline
-    from workbench.passes.pipeline_spec import parse_text
-
-    rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
-               numpy_helper.from_array(rng.standard_normal((4, 2, 2, 2)).astype(np.float32), "wt")]
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("ConvTranspose", ["c", "wt"], ["y"], strides=[2, 2])]
-    graph = helper.make_graph(nodes, "ct", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 16, 16])], weights)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    onnx.checker.check_model(model)
-    with pytest.raises(UserError, match="conv2d_transpose"):
-        run_pipeline(import_to_relax(model), parse_text("convert_layout(conv2d=NHWC)"), llvm)

@@ -5,8 +5,9 @@ import pytest
 
 from workbench.compile.build import build_lowered, build_tvm_default
 from workbench.errors import UserError
-from workbench.passes.pipeline import count_ops, run_pipeline
-from workbench.passes.pipeline_spec import parse_text
+from workbench.passes.figures import count_ops
+from workbench.passes.pipeline import run_pipeline
+from workbench.config.pipeline_spec import parse_text
 from workbench.measure.runners import ort_runner, tvm_runner
 
 

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from workbench.errors import UserError
-from workbench.passes.pipeline_spec import PassSpec, from_yaml, parse_text, to_text
+from workbench.config.pipeline_spec import PassSpec, from_yaml, parse_text, to_text
 
 
 def test_parse_text_with_params_and_nesting():

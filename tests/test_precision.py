@@ -15,7 +15,7 @@ from workbench.models.importer import import_to_relax
 from workbench.models.sources import resolve_source
 from workbench.passes import calibration
 from workbench.passes.pipeline import run_pipeline
-from workbench.passes.pipeline_spec import parse_text
+from workbench.config.pipeline_spec import parse_text
 from workbench.measure.runners import tvm_runner
 
 RAPIDOCR = "pkg:rapidocr-onnxruntime==1.4.4/rapidocr_onnxruntime/models/"

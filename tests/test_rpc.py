@@ -9,7 +9,7 @@ import tvm
 
 from workbench.config import RpcConfig
 from workbench.errors import UserError
-from workbench.measure.rpc import check_tracker, connect
+from workbench.runtime.rpc import check_tracker, connect
 
 
 def test_session_runs_on_the_remote_device(rpc_tracker):

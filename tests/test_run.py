@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from workbench.cli import main
-from workbench.passes.named_pipelines import NAMED_PIPELINES
+from workbench.config.named_pipelines import NAMED_PIPELINES
 
 
 def write_config(tmp_path: Path, **changes) -> Path:

@@ -262,18 +262,18 @@ def test_an_idle_worker_does_not_take_a_second_run_of_the_ir_a_busy_worker_is_bu
     from collections import deque
     from types import SimpleNamespace
 
-    from workbench.sweep.workers import _stealable
+    from workbench.sweep.workers import stealable
 
     def task(key, pipeline, prefer):
         return (key, "run", {"model": BASE["model"], "target": "llvm", "pipeline": pipeline}, prefer)
 
     busy = SimpleNamespace(task=task("a0", "fuse", 0))
     pool = [busy, SimpleNamespace(task=None)]
-    assert _stealable(deque([task("a1", "fuse", 0)]), pool) is None  # same IR as worker 0's run: wait for it
+    assert stealable(deque([task("a1", "fuse", 0)]), pool) is None  # same IR as worker 0's run: wait for it
     other = task("b0", "fold_constant,fuse", 0)
-    assert _stealable(deque([task("a1", "fuse", 0), other]), pool) == other  # another IR: take it
-    assert _stealable(deque([task("h", "fuse", None)]), pool)[0] == "h"  # routed nowhere (a hash task)
-    assert _stealable(deque([task("c", "fuse", 5)]), pool)[0] == "c"  # routed to a worker that is gone
+    assert stealable(deque([task("a1", "fuse", 0), other]), pool) == other  # another IR: take it
+    assert stealable(deque([task("h", "fuse", None)]), pool)[0] == "h"  # routed nowhere (a hash task)
+    assert stealable(deque([task("c", "fuse", 5)]), pool)[0] == "c"  # routed to a worker that is gone
 
 
 # ------------------------------------------------------------------------------------ concurrent writers

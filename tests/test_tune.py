@@ -29,8 +29,9 @@ from workbench.compile.targets import make_target, target_key
 from workbench.config import TargetConfig, TuningConfig, load_experiment
 from workbench.errors import UserError
 from workbench.passes.pipeline import run_pipeline
+from workbench.compile.databases import open_database
 from workbench.compile.tune import (MS_LOGGER, XGB_WARMUP_SAMPLES, TaskResult, extract_tasks, hottest, make_builder,
-                                    make_cost_model, make_runner, open_database, plan, tune_context, tune_tasks,
+                                    make_cost_model, make_runner, plan, tune_context, tune_tasks,
                                     tuning_module, tuning_target)
 
 HOST_KEY = target_key(make_target(TargetConfig()))  # llvm-<this machine's CPU>

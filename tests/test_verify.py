@@ -18,14 +18,14 @@ from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.build import legalized
 from workbench.compile.databases import RECORDS_FILE
-from workbench.compile.default_schedule import default_schedule
+from workbench.kernels.default_schedule import default_schedule
 from workbench.compile.targets import make_target
 from workbench.compile.tune import extract_tasks, tune_tasks, tuning_module
 from workbench.compile.verify import (agrees, positive_params, random_args, reject_wrong_best, run_kernel,
                                       untuned_reference)
 from workbench.config import TargetConfig, TuningConfig
 from workbench.passes.pipeline import run_pipeline
-from workbench.passes.pipeline_spec import parse_text
+from workbench.config.pipeline_spec import parse_text
 
 HOST = make_target(TargetConfig())
 

@@ -116,8 +116,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_passes(_args: argparse.Namespace) -> int:
-    from workbench.passes.named_pipelines import NAMED_PIPELINES
-    from workbench.passes.registry import all_passes
+    from workbench.config.named_pipelines import NAMED_PIPELINES
+    from workbench.passes.library import all_passes
 
     table = Table(title="Registered passes (use in `pipeline:` or --pipeline 'a,b(k=v)')")
     for column in ("name", "family", "parameters (default)", "what it does"):

@@ -23,23 +23,23 @@ import tvm
 import tvm_ffi
 from rich.console import Console
 
-from workbench.passes import pipeline_spec
-from workbench.measure.accuracy import compare
+from workbench.config import pipeline_spec
+from workbench.models.accuracy import compare
 from workbench.atomic import atomic_write_bytes, atomic_write_json
 from workbench.compile.build import Built, build_lowered, build_tvm_default
 from workbench.compile.databases import applied_database
 from workbench.config import WORKBENCH_LABEL, Experiment
 from workbench.compile.cuda_report import kernel_report
 from workbench.errors import BaselineUnavailable, ReferenceFailed, UserError
-from workbench.measure.inputs import canonical_model, make_inputs
+from workbench.models.inputs import canonical_model, make_inputs
 from workbench.measure.iree import iree_runner, iree_version
 from workbench.models.importer import import_to_relax
 from workbench.passes.pipeline import run_pipeline
 from workbench.record.report import write_report
 from workbench.record.store import ResultsStore
-from workbench.measure.rpc import connect
+from workbench.runtime.rpc import connect
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
-from workbench.measure.threads import target_threads
+from workbench.runtime.threads import target_threads
 from workbench.compile.targets import (GENERIC_CPU, describe, device_for, is_cuda, make_target, resolved,
                                       target_key)
 

@@ -4,7 +4,7 @@ Three recipes share the same lowering tail, so the only difference between build
 graph-level work before it. The tail is TVM's backend for the target kind (cpu_generic for llvm,
 cuda for cuda); on cuda it also gives every kernel a GPU schedule (dlight's default rules) unless
 one is scheduled already (`tirx.is_scheduled`, e.g. from a tuned database), on CPUs the packed conv
-kernels get theirs (compile/packed_schedule.py), and a module marked by the `cuda_graph` pass gets
+kernels get theirs (kernels/packed_schedule.py), and a module marked by the `cuda_graph` pass gets
 TVM's CUDA-graph rewrite.
 A kernel whose schedule (default or tuned) fails to lower on a CPU is built with plain loops instead, and the
 build names it (`Built.fell_back`): TVM's internal errors there are the workbench's or the database's fault,
@@ -29,14 +29,13 @@ from pathlib import Path
 
 import tvm
 from tvm import relax
-from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
-from tvm.relax.backend.cuda import pipeline as cuda_backend
 
-from workbench.compile.default_schedule import default_cpu_schedule  # also registers the VNNI dot product
+from workbench.kernels.lowering import legalize_passes, tail_passes, weight_layout_passes
 from workbench.passes.cuda_graph import CUDA_GRAPH_ATTR
-from workbench.passes.pipeline import count_kernels
+from workbench.passes.figures import count_kernels
 
 log = logging.getLogger("workbench.build")
+
 
 @dataclass
 class Built:
@@ -53,53 +52,6 @@ class Built:
         self.executable.export_library(str(tmp))
         tmp.replace(path)
         return path
-
-
-def _backend(target: tvm.target.Target):
-    return cuda_backend if target.kind.name == "cuda" else cpu_generic
-
-
-def _schedule_passes(target: tvm.target.Target, plain: frozenset[str] = frozenset()) -> list[tvm.transform.Pass]:
-    """Kernels the database did not schedule: GPU kernels need a thread binding (dlight's default rules, the ones
-    TVM's cuda pipeline uses); on CPUs each kernel its default schedule (default_schedule.py: packed convs
-    register-blocked, elementwise ops and reductions parallel and vectorized, contractions plain loops), but
-    those named in `plain`."""
-    if target.kind.name != "cuda":
-        return [default_cpu_schedule(target, plain)]
-    from tvm.s_tir import dlight as dl
-
-    return [dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-                                    dl.gpu.Fallback())]
-
-
-def _legalize_passes(target: tvm.target.Target, tuned: bool, layout_rewrite: bool = False) -> list[tvm.transform.Pass]:
-    """Library dispatch, legalize what is left to TIR, (for weight layout rewriting) mark the constant weights
-    each kernel reads as layout-free, and (with a database) apply its tuned schedules."""
-    return (_backend(target).library_dispatch_passes(target) + [relax.transform.LegalizeOps()]
-            + ([relax.transform.AttachAttrLayoutFreeBuffers()] if layout_rewrite else [])
-            + ([relax.transform.MetaScheduleApplyDatabase()] if tuned else []))
-
-
-def _weight_layout_passes() -> list[tvm.transform.Pass]:
-    """A tuned kernel that reads its weight in another layout starts with a rewrite block: split it into a
-    function of its own and fold it on the constant weight, so the rewrite is computed once, at build time."""
-    return [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant(),
-            relax.transform.DeadCodeElimination()]
-
-
-def _tail_passes(target: tvm.target.Target, plain: frozenset[str] = frozenset()) -> list[tvm.transform.Pass]:
-    """Schedule the kernels the database did not cover, then TVM's dataflow lowering and VM finalization.
-
-    A scheduled kernel that only moves data as a reshape does (a transpose of unit axes, once inlined) becomes a
-    VM reshape (no copy); DeadCodeElimination then drops its PrimFunc, so the build's kernels are the ones run."""
-    backend = _backend(target)
-    return (_schedule_passes(target, plain) + [relax.transform.RewriteDataflowReshape(), relax.transform.DeadCodeElimination()]
-            + backend.dataflow_lower_passes(target) + backend.finalize_passes(target))
-
-
-def _lowering_passes(target: tvm.target.Target, tuned: bool = False) -> list[tvm.transform.Pass]:
-    """Every pass from a pipeline's output to a module `tvm.compile` can take (the analysis passes lower copies)."""
-    return _legalize_passes(target, tuned) + _tail_passes(target)
 
 
 def tuning_coverage(scheduled: tvm.IRModule, lowered: tvm.IRModule) -> dict:
@@ -134,7 +86,7 @@ def legalized(mod: tvm.IRModule, target: tvm.target.Target, database=None, layou
     before GPU scheduling and lowering. Tuning extracts its tasks from `legalized(mod, target, layout_rewrite=...)`,
     so their workloads are these kernels exactly (the layout-free marks included)."""
     with target:  # MetaScheduleApplyDatabase reads the current target when it is created
-        passes = tvm.transform.Sequential(_legalize_passes(target, database is not None, layout_rewrite))
+        passes = tvm.transform.Sequential(legalize_passes(target, database is not None, layout_rewrite))
     with _build_context(mod, target, database):
         return passes(mod)
 
@@ -143,7 +95,7 @@ def build_lowered(mod: tvm.IRModule, target: tvm.target.Target, database=None, l
     """Build a module whose graph-level passes already ran (the workbench and tvm_unoptimized recipes).
 
     `database` (a MetaSchedule database) supplies tuned schedules for the kernels it has records for; with
-    `layout_rewrite` the tuned kernels may read their constant weights pre-packed (see `_weight_layout_passes`).
+    `layout_rewrite` the tuned kernels may read their constant weights pre-packed (see `kernels.lowering.weight_layout_passes`).
     """
     scheduled = legalized(mod, target, database, layout_rewrite)
     lowered = _lowered(mod, scheduled, target, database, layout_rewrite)
@@ -169,7 +121,7 @@ def _lowered(mod: tvm.IRModule, scheduled: tvm.IRModule, target: tvm.target.Targ
     """`scheduled` (legalized `mod`) through the weight-layout and tail passes, the kernels in `plain` left
     without a default schedule."""
     with target:
-        lower = tvm.transform.Sequential((_weight_layout_passes() if layout_rewrite else []) + _tail_passes(target, plain))
+        lower = tvm.transform.Sequential((weight_layout_passes() if layout_rewrite else []) + tail_passes(target, plain))
     with _build_context(mod, target, database):
         return lower(scheduled)
 

@@ -105,7 +105,39 @@ def applied_database(experiment: Experiment, base_dir: Path, target: tvm.target.
     without a `tuning:` section; MetaSchedule is imported only when there is one."""
     if experiment.tuning is None:
         return None, None
-    from workbench.compile.tune import open_database
-
     choice = choose_database(experiment.database_root(base_dir), target, tune_hint)
     return choice, open_database(choice.path, create=False) if choice.path is not None else None
+
+
+def _drop_torn_lines(path: Path) -> None:
+    """A kill while a record is written can leave its line cut short; JSONDatabase would refuse the file."""
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    good = []
+    for line in lines:
+        try:
+            json.loads(line)
+            good.append(line if line.endswith("\n") else line + "\n")
+        except json.JSONDecodeError:
+            continue
+    if good != lines:
+        path.write_text("".join(good))
+
+
+def open_database(path: Path, create: bool):
+    """Open (or create) the JSON database folder (a MetaSchedule JSONDatabase); a missing one is a user mistake
+    unless we are tuning. MetaSchedule is imported here, when a database is opened, not by every config load."""
+    from tvm.s_tir import meta_schedule as ms
+
+    if not path.is_dir():
+        if not create:
+            raise UserError(f"tuning database {str(path)!r} does not exist: run `workbench tune` with this config "
+                            "first, set tuning.tune: true, or point tuning.database at a tuned folder")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"tuning.database {str(path)!r}: cannot create it ({exc.strerror or exc})") from exc
+    for name in (WORKLOADS_FILE, RECORDS_FILE):
+        _drop_torn_lines(path / name)
+    return ms.database.JSONDatabase(work_dir=str(path))

@@ -20,7 +20,7 @@ from tvm.target import codegen
 
 from workbench.config import CudaArch, TargetConfig
 from workbench.errors import UserError
-from workbench.measure.threads import target_threads, use_tvm_threads
+from workbench.runtime.threads import target_threads, use_tvm_threads
 
 GENERIC_CPU = "generic"
 HOST_CPU = "host"

@@ -23,7 +23,7 @@ Choices that are not MetaSchedule's defaults, and why:
 - JSONDatabase appends each record as its batch is measured, so a kill loses only the batch being
   measured (a record line cut short is dropped when the database is opened again); Ctrl-C lets that
   batch finish first (a second Ctrl-C stops at once).
-- A packed conv kernel (passes/packed_conv.py) is first measured with the fixed schedule an untuned build gives
+- A packed conv kernel (kernels/packed_conv.py) is first measured with the fixed schedule an untuned build gives
   it, committed as its first record, so the search starts from it.
 - A task whose search space is used up (MetaSchedule finds no new candidate, e.g. a reshape with one
   schedule) is noted in `exhausted.json` next to the records, so a resumed run does not search it again.
@@ -50,15 +50,16 @@ from tvm.s_tir.analysis import estimate_tir_flops
 
 from workbench.atomic import atomic_write_json
 from workbench.compile.build import legalized
-from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE
-from workbench.compile.default_schedule import default_schedule
+from workbench.compile.databases import open_database
+from workbench.kernels.default_schedule import default_schedule
 from workbench.compile.targets import runs_here
 from workbench.compile.verify import Reference, reject_wrong_best, untuned_reference
-from workbench.compile.x86_int8 import VNNI_DOT_16x4
+from workbench.kernels.x86_int8 import VNNI_DOT_16x4
 from workbench.config import TuningConfig
 from workbench.errors import UserError
-from workbench.measure.threads import target_threads, use_tvm_threads
-from workbench.passes.packed_conv import vnni_target
+from workbench.runtime.rpc import check_tracker
+from workbench.runtime.threads import target_threads, use_tvm_threads
+from workbench.kernels.packed_conv import vnni_target
 
 MS_LOGGER = "tvm.s_tir.meta_schedule"
 FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed build or run as (about) 1e10 seconds
@@ -132,37 +133,6 @@ def tuning_module(optimized: tvm.IRModule, target: tvm.target.Target, layout_rew
     return legalized(optimized, target, layout_rewrite=layout_rewrite)
 
 
-def _drop_torn_lines(path: Path) -> None:
-    """A kill while a record is written can leave its line cut short; JSONDatabase would refuse the file."""
-    if not path.is_file():
-        return
-    lines = path.read_text().splitlines(keepends=True)
-    good = []
-    for line in lines:
-        try:
-            json.loads(line)
-            good.append(line if line.endswith("\n") else line + "\n")
-        except json.JSONDecodeError:
-            continue
-    if good != lines:
-        path.write_text("".join(good))
-
-
-def open_database(path: Path, create: bool) -> ms.database.JSONDatabase:
-    """Open (or create) the JSON database folder; a missing one is a user mistake unless we are tuning."""
-    if not path.is_dir():
-        if not create:
-            raise UserError(f"tuning database {str(path)!r} does not exist: run `workbench tune` with this config "
-                            "first, set tuning.tune: true, or point tuning.database at a tuned folder")
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UserError(f"tuning.database {str(path)!r}: cannot create it ({exc.strerror or exc})") from exc
-    for name in (WORKLOADS_FILE, RECORDS_FILE):
-        _drop_torn_lines(path / name)
-    return ms.database.JSONDatabase(work_dir=str(path))
-
-
 def task_cost(task: ms.ExtractedTask) -> float:
     try:
         return estimate_tir_flops(task.dispatched[0]) * int(task.weight)
@@ -221,8 +191,6 @@ def make_cost_model(config: TuningConfig, num_cores: int) -> ms.cost_model.CostM
 def make_runner(config: TuningConfig, target: tvm.target.Target) -> ms.runner.Runner:
     """Where candidates run: this machine, or a device from the RPC tracker (checked first: fail fast)."""
     if config.runner == "rpc":
-        from workbench.measure.rpc import check_tracker
-
         check_tracker(config.rpc)
         host, port = config.rpc.address
         rpc_config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=config.rpc.key,
@@ -289,7 +257,7 @@ def _low_precision(task: ms.ExtractedTask) -> bool:
 
 
 def _vnni_kernel(task: ms.ExtractedTask) -> bool:
-    """A u8 x s8 kernel (the int8 path's, passes/packed_conv.py) on an x86 CPU with AVX-512 VNNI."""
+    """A u8 x s8 kernel (the int8 path's, kernels/packed_conv.py) on an x86 CPU with AVX-512 VNNI."""
     text = task.dispatched[0].script()
     return '"uint8"' in text and '"int8"' in text and vnni_target(task.target)
 
@@ -297,7 +265,7 @@ def _vnni_kernel(task: ms.ExtractedTask) -> bool:
 def vnni_space() -> ms.space_generator.PostOrderApply:
     """MetaSchedule's own VNNI rules (its "vnni" kind: the llvm rules with a VNNI-tensorizing tiling first and
     RewriteTensorize) with the workbench's dot product: TVM's `dot_16x4_vnni` fails LLVM verification
-    (compile/x86_int8.py). The int8 path's VNNI conv kernel maps whole; a block the intrinsic cannot map (an NCHW
+    (kernels/x86_int8.py). The int8 path's VNNI conv kernel maps whole; a block the intrinsic cannot map (an NCHW
     int8 conv, whose innermost input index is a spatial sum) falls through to the plain tiling."""
     rules = list(ms.schedule_rule.ScheduleRule.create("llvm"))
     tiling = next(i for i, rule in enumerate(rules) if isinstance(rule, ms.schedule_rule.MultiLevelTiling))
@@ -428,7 +396,7 @@ class _Interrupts:
 
 def measure_default_schedule(task: ms.ExtractedTask, target: tvm.target.Target, database: ms.database.Database,
                              builder: ms.builder.Builder, runner: ms.runner.Runner) -> bool:
-    """Measure the schedule an untuned build gives the kernel (compile/default_schedule.py) and commit it as the
+    """Measure the schedule an untuned build gives the kernel (kernels/default_schedule.py) and commit it as the
     task's first record, so the evolutionary search starts from it (it seeds its population with the database's
     best) rather than from random tilings, and a tuned kernel is never slower than the untuned one. False for
     kernels without one (contractions in plain loops), or if it failed to build or run."""

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from workbench.config import Experiment, TuningConfig
-from workbench.measure.inputs import canonical_model
+from workbench.models.inputs import canonical_model
 from workbench.models.importer import import_to_relax
 from workbench.passes.pipeline import run_pipeline
 from workbench.compile.databases import tuning_folder

@@ -21,7 +21,7 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.databases import RECORDS_FILE
-from workbench.compile.default_schedule import default_schedule
+from workbench.kernels.default_schedule import default_schedule
 
 log = logging.getLogger("workbench.tuning")
 

@@ -15,10 +15,10 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
 
-from workbench.passes import pipeline_spec
+from workbench.config import pipeline_spec
 from workbench.errors import YAML_ERRORS, UserError
-from workbench.passes.named_pipelines import expand
-from workbench.passes.pipeline_spec import PassSpec
+from workbench.config.named_pipelines import expand
+from workbench.config.pipeline_spec import PassSpec
 
 BASELINES = ("ort_all", "ort_none", "tvm_default", "tvm_unoptimized")  # the default list
 # `iree` needs an extra (pip install -e '.[iree]') and `ort_int8` (ONNX Runtime's static INT8 quantization,
@@ -253,7 +253,7 @@ def _known_keys(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
     return list(getattr(current, "model_fields", {}))
 
 
-def _describe(error: dict[str, Any], root: type[BaseModel]) -> str:
+def describe_error(error: dict[str, Any], root: type[BaseModel]) -> str:
     """One line for one pydantic error: dotted key path, what was wrong, a suggestion."""
     loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     key = ".".join(str(p) for p in loc) or "(top level)"
@@ -276,7 +276,7 @@ def validate(data: Any, origin: str) -> Experiment:
     try:
         return Experiment.model_validate(data)
     except ValidationError as exc:
-        lines = [_describe(e, Experiment) for e in exc.errors()]
+        lines = [describe_error(e, Experiment) for e in exc.errors()]
         raise UserError(f"{origin}: invalid experiment:\n  " + "\n  ".join(lines)) from exc
 
 

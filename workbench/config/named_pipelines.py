@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.passes.pipeline_spec import PassSpec, parse_text
+from workbench.config.pipeline_spec import PassSpec, parse_text
 
 # The CPU default: conv_transpose_as_conv first, so no conv2d_transpose (which TVM lowers in NCHW only) holds
 # convs back from NHWC; the packed conv kernel where a conv fits it; convert_layout and pack_conv2d leave what

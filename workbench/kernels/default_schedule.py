@@ -8,9 +8,9 @@ from __future__ import annotations
 import tvm
 from tvm.s_tir import Schedule
 
-from workbench.compile.loop_schedule import loop_schedule
-from workbench.compile.packed_schedule import packed_kind, packed_schedule
-from workbench.passes.packed_conv import VNNI_U8S8, vnni_target
+from workbench.kernels.loop_schedule import loop_schedule
+from workbench.kernels.packed_schedule import packed_kind, packed_schedule
+from workbench.kernels.packed_conv import VNNI_U8S8, vnni_target
 
 
 def default_schedule(func, target: tvm.target.Target) -> Schedule | None:

@@ -3,7 +3,7 @@
 One kernel, two kinds (`PackedKind`):
 - `VNNI_U8S8`, for `quantize(execute=int8)` on CPUs with AVX-512 VNNI. `vpdpbusd` adds to each of 16 int32
   lanes the dot product of 4 uint8 activations with 4 int8 weights. MetaSchedule tensorizes a kernel with it
-  (compile/x86_int8.py) only where those 4 activations are the innermost input channels and the 16 x 4 weight
+  (kernels/x86_int8.py) only where those 4 activations are the innermost input channels and the 16 x 4 weight
   block is innermost and compact; relax.nn.conv2d gives neither (NCHW's innermost activation index is a spatial
   sum; an OHWI weight's 16 output channels are a row apart). So the int8 lowering emits this kernel for NHWC
   convs (and matmuls, as 1x1 convs over their rows) instead.
@@ -16,7 +16,7 @@ One kernel, two kinds (`PackedKind`):
     out     NHWC [N, OH, OW, O rounded up to 16], channels past O sliced off
 
 Its iterators are already split (o = 16 oo + oi, c = group co + ci), so MetaSchedule's tiling (with the VNNI
-intrinsic, for int8) maps whole blocks; a build gives an untuned one a fixed schedule (compile/packed_schedule.py).
+intrinsic, for int8) maps whole blocks; a build gives an untuned one a fixed schedule (kernels/packed_schedule.py).
 """
 
 from __future__ import annotations

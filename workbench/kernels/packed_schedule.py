@@ -1,8 +1,8 @@
-"""The schedule an untuned packed conv kernel (passes/packed_conv.py) gets in a CPU build.
+"""The schedule an untuned packed conv kernel (kernels/packed_conv.py) gets in a CPU build.
 
 A row of up to 8 output pixels (6 without AVX-512) x 16 output channels accumulates while each weight block is
 loaded once: for int8 on a VNNI CPU one `vpdpbusd` per pixel and 4 input channels (tensorized with
-compile/x86_int8.py's intrinsic), for fp32 one 16-lane FMA per pixel and input channel (two explicit 8-lane
+kernels/x86_int8.py's intrinsic), for fp32 one 16-lane FMA per pixel and input channel (two explicit 8-lane
 vectors without AVX-512). Rows x channel blocks run in parallel, and the fused epilogue (scale, bias, activation,
 requantization) is computed per 8 pixels, vectorized. Measured on convnet_small (rocketlake): int8 0.24 ms
 against 0.21 ms after 16 tuned trials per kernel; fp32 0.42 ms against 17.5 ms for the untuned relax conv2d
@@ -18,8 +18,8 @@ import tvm
 from tvm.s_tir import Schedule, ScheduleError
 from tvm.target.codegen import target_has_features
 
-from workbench.compile.x86_int8 import VNNI_DOT_16x4
-from workbench.passes.packed_conv import DEPTHWISE_FP32, FP32, KERNEL_MARK, LANES, VNNI_U8S8, PackedKind
+from workbench.kernels.x86_int8 import VNNI_DOT_16x4
+from workbench.kernels.packed_conv import DEPTHWISE_FP32, FP32, KERNEL_MARK, LANES, VNNI_U8S8, PackedKind
 
 log = logging.getLogger("workbench.build")
 

@@ -23,7 +23,7 @@ from onnx import version_converter
 
 from workbench.errors import BaselineUnavailable
 from workbench.measure.runners import Runner
-from workbench.measure.threads import cpu_threads
+from workbench.runtime.threads import cpu_threads
 
 LABEL = "iree"
 INSTALL_HINT = "install with pip install -e '.[iree]'"

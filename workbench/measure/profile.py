@@ -26,7 +26,7 @@ import onnxruntime as ort
 import tvm
 from tvm import relax
 
-from workbench.measure.threads import cpu_threads
+from workbench.runtime.threads import cpu_threads
 from workbench.measure.timing import time_call
 
 VM_BUILTINS = "(VM builtins and overhead: the rest of the plain latency)"

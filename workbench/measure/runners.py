@@ -20,7 +20,7 @@ from tvm import relax, rpc
 
 from workbench.compile.build import Built
 from workbench.errors import BaselineUnavailable
-from workbench.measure.threads import cpu_threads
+from workbench.runtime.threads import cpu_threads
 from workbench.measure.timing import Timing, summarize, time_call
 from workbench.compile.targets import device_for
 

@@ -23,11 +23,11 @@ from workbench.compile.build import build_lowered
 from workbench.compile.targets import GENERIC_CPU, make_target
 from workbench.config import WORKBENCH_LABEL, Experiment
 from workbench.errors import BaselineUnavailable, UserError
-from workbench.measure.accuracy import compare
-from workbench.measure.inputs import canonical_model, make_inputs
+from workbench.models.accuracy import compare
+from workbench.models.inputs import canonical_model, make_inputs
 from workbench.measure.iree import iree_runner
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
-from workbench.measure.threads import target_threads
+from workbench.runtime.threads import target_threads
 from workbench.measure.timing import interleaved_medians
 from workbench.models.importer import import_to_relax
 from workbench.passes.pipeline import run_pipeline

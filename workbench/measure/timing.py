@@ -10,12 +10,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from workbench.measure.runners import Runner
+
+class Timed(Protocol):
+    """What a label's timing loop calls (runners.Runner is one): one inference, and a wait until it is done."""
+
+    run_once: Callable[[], object]
+    sync: Callable[[], None]
 
 
 @dataclass
@@ -70,7 +74,7 @@ def time_call(run_once: Callable[[], object], warmup: int, repeat: int,
 SETTLE_S = 0.2  # before each label's turn: the thread pools of the label before it stop spinning and sleep
 
 
-def interleaved_medians(runners: dict[str, "Runner"], repeat: int, rounds: int) -> dict[str, float]:
+def interleaved_medians(runners: dict[str, Timed], repeat: int, rounds: int) -> dict[str, float]:
     """Median of per-round medians, each round timing every label once in turn: a load change on the machine
     during the benchmark hits all labels alike, so their ratios stay fair."""
     per_round: dict[str, list[float]] = {label: [] for label in runners}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from workbench.config import (AccuracyConfig, BaselineName, Experiment, ModelConfig, Strict, _describe, read_yaml,
+from workbench.config import (AccuracyConfig, BaselineName, Experiment, ModelConfig, Strict, describe_error, read_yaml,
                               validate)
 from workbench.errors import UserError
 from workbench.models import zoo
@@ -116,10 +116,10 @@ def _error_lines(exc: ValidationError, data: dict) -> list[str]:
             item = data["models"][loc[1]]
             name = item.get("name") if isinstance(item, dict) else None
             where = f"models[{loc[1]}]" + (f" ({name})" if name else "")
-            inner = _describe({**error, "loc": loc[2:]}, CorpusEntry)  # about the whole entry: no key to name
+            inner = describe_error({**error, "loc": loc[2:]}, CorpusEntry)  # about the whole entry: no key to name
             lines.append(f"{where}: " + inner.removeprefix("(top level): "))
         else:
-            lines.append(_describe(error, Corpus))
+            lines.append(describe_error(error, Corpus))
     return lines
 
 

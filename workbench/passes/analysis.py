@@ -2,7 +2,7 @@
 
 Each writes its figures with `report_analysis`, so they land in the step's `analysis` in result.json.
 Kernel count and planned memory come from a lowered copy of the module, lowered exactly as
-`workbench.build.build_lowered` lowers it (same passes, no compilation): kernels are the PrimFuncs
+`workbench.compile.build.build_lowered` lowers it (kernels/lowering.py) (same passes, no compilation): kernels are the PrimFuncs
 of that copy, planned bytes the sum of the `alloc_storage` sizes StaticPlanBlockMemory leaves (the
 intermediate tensors after buffer reuse; the outputs, allocated per call, are counted apart as
 `unplanned_bytes`).
@@ -15,8 +15,9 @@ from collections.abc import Callable
 import tvm
 from tvm import relax
 
+from workbench.kernels.lowering import lowering_passes
+from workbench.passes.figures import count_kernels, count_ops, report_analysis
 from workbench.passes.registry import register
-from workbench.passes.pipeline import count_kernels, count_ops, report_analysis
 
 _PLANNER = "StaticPlanBlockMemory"
 
@@ -27,10 +28,8 @@ def _target(target: tvm.target.Target | None) -> tvm.target.Target:
 
 def lower_copy(mod: tvm.IRModule, target: tvm.target.Target | None = None) -> tuple[tvm.IRModule, tvm.IRModule]:
     """(module right after memory planning, fully lowered module), lowered as build_lowered does."""
-    from workbench.compile.build import _lowering_passes  # build imports pipeline; keep the import lazy
-
     target = _target(target)
-    passes = _lowering_passes(target)
+    passes = lowering_passes(target)
     split = next(i for i, p in enumerate(passes) if p.info.name == _PLANNER) + 1
     with target, tvm.transform.PassContext(opt_level=3):  # a fresh context: no pipeline instruments
         planned = tvm.transform.Sequential(passes[:split])(mod)

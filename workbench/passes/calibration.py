@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.measure.accuracy import compare
+from workbench.models.accuracy import compare
 from workbench.errors import UserError
-from workbench.measure.inputs import DEFAULT_RANGES
+from workbench.models.inputs import DEFAULT_RANGES
 
 METHODS = ("minmax", "percentile", "entropy")
 INT8_MAX = 127

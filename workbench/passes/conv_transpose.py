@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from workbench.passes.pipeline import report_analysis
+from workbench.passes.figures import report_analysis
 from workbench.passes.registry import register
 from workbench.passes.rewrite import rewrite_calls
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tvm import relax, te, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from workbench.passes.pipeline import report_analysis
+from workbench.passes.figures import report_analysis
 from workbench.passes.registry import register
 from workbench.passes.rewrite import rewrite_functions
 

@@ -34,7 +34,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from workbench.passes.packed_conv import VNNI_U8S8, emit_conv2d, emit_matmul, to_ohwi, vnni_target
+from workbench.kernels.packed_conv import VNNI_U8S8, emit_conv2d, emit_matmul, to_ohwi, vnni_target
 from workbench.passes.rewrite import rewrite_functions
 
 log = logging.getLogger("workbench.int8")

@@ -2,7 +2,7 @@
 
 relax conv2d legalizes to a plain loop nest that an untuned CPU build runs as it is (convnet_small: 17.5 ms
 against ONNX Runtime's 0.25 ms); the packed kernel gets a fixed register-blocked schedule in the build
-(compile/packed_schedule.py) and MetaSchedule tunes it like any kernel. The weight is packed here, once, to
+(kernels/packed_schedule.py) and MetaSchedule tunes it like any kernel. The weight is packed here, once, to
 [O/16, KH, KW, C, 16] with zero weights padding O to 16; a depthwise conv (one output channel per input
 channel) takes the kernel's depthwise kind, [C/16, KH, KW, 16]. Convs it does not take (NCHW, other grouped
 convs, a weight that is not a constant yet, other dtypes) are kept and listed in the pass's `analysis`.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from workbench.passes.packed_conv import DEPTHWISE_FP32, FP32, emit_conv2d, to_ohwi
-from workbench.passes.pipeline import report_analysis
+from workbench.kernels.packed_conv import DEPTHWISE_FP32, FP32, emit_conv2d, to_ohwi
+from workbench.passes.figures import report_analysis
 from workbench.passes.registry import register
 from workbench.passes.rewrite import rewrite_calls
 

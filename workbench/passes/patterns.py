@@ -22,7 +22,7 @@ from tvm.relax.transform import FusionPattern
 
 from workbench.errors import UserError
 from workbench.passes.registry import register
-from workbench.passes.pipeline import report_analysis
+from workbench.passes.figures import report_analysis
 
 PATTERN_ATTR = "workbench.pattern"
 

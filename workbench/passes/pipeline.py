@@ -10,9 +10,7 @@ copy of the module (see `workbench.passes.analysis.module_stats`).
 
 from __future__ import annotations
 
-import contextvars
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,44 +20,16 @@ from tvm import relax
 
 from workbench.atomic import atomic_write_text
 from workbench.errors import UserError
-from workbench.passes.registry import lookup
-from workbench.passes.pipeline_spec import PassSpec
+from workbench.config.pipeline_spec import PassSpec
+from workbench.passes.analysis import module_stats
+from workbench.passes.figures import ANALYSIS, count_ops
+from workbench.passes.library import lookup
 
 # A UserError raised inside any Python pass crosses TVM's FFI (Sequential -> module_pass); registered here,
 # where every pass runs, it comes back out of run_pipeline as a UserError instead of a RuntimeError.
 tvm_ffi.register_error("UserError", UserError)
 
 WRAPPER_PREFIX = "workbench."
-
-# the `analysis` dict of the pass that is running (None outside run_pipeline)
-_ANALYSIS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("workbench_analysis", default=None)
-
-
-def report_analysis(**figures) -> None:
-    """Record figures (JSON-able values) for the pipeline step that is running; a no-op outside a pipeline."""
-    sink = _ANALYSIS.get()
-    if sink is not None:
-        sink.update(figures)
-
-
-def count_ops(mod: tvm.IRModule) -> dict[str, int]:
-    """Count Relax operator calls by op name over every Relax function (call_tir counts as one op)."""
-    counts: Counter[str] = Counter()
-
-    def visit(expr: relax.Expr) -> None:
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            counts[expr.op.name] += 1
-
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func.body, visit)
-    return dict(sorted(counts.items()))
-
-
-def count_kernels(mod: tvm.IRModule) -> int:
-    """Number of TIR functions in a module: after lowering, the kernels one inference launches at most."""
-    return sum(isinstance(func, tvm.tirx.PrimFunc) for func in mod.functions.values())
-
 
 @dataclass
 class PassRecord:
@@ -94,8 +64,6 @@ class PipelineRecorder:
         record.seconds = time.perf_counter() - self._started
         record.ops_after = count_ops(mod)
         if self.stats:
-            from workbench.passes.analysis import module_stats
-
             record.analysis.update(module_stats(mod, tvm.target.Target.current(allow_none=True)))
         if self.dump_dir is not None:
             atomic_write_text(self.dump_dir / f"{self._index + 1:02d}_{record.name}.py", mod.script())
@@ -107,11 +75,11 @@ def _wrap(name: str, inner: tvm.transform.Pass, record: PassRecord) -> tvm.trans
     with `report_analysis` writing into `record.analysis`."""
 
     def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        token = _ANALYSIS.set(record.analysis)
+        token = ANALYSIS.set(record.analysis)
         try:
             return inner(mod)
         finally:
-            _ANALYSIS.reset(token)
+            ANALYSIS.reset(token)
 
     return tvm.transform.module_pass(run, opt_level=0, name=WRAPPER_PREFIX + name)
 

@@ -20,7 +20,7 @@ from workbench.errors import UserError
 from workbench.passes import calibration
 from workbench.passes.clip import clip_as_ops
 from workbench.passes.int8 import lower_int8
-from workbench.passes.pipeline import report_analysis
+from workbench.passes.figures import report_analysis
 from workbench.passes.registry import register
 from workbench.passes.rewrite import rewrite_functions
 

@@ -15,7 +15,7 @@ import tvm
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from workbench.errors import UserError
-from workbench.passes.pipeline_spec import PassSpec
+from workbench.config.pipeline_spec import PassSpec
 
 FAMILIES = ("fusion", "folding", "cleanup", "layout", "precision", "analysis")
 
@@ -70,19 +70,13 @@ def register(name: str, family: str, params: type[BaseModel] = NoParams) -> Call
     return decorate
 
 
-def _load_library() -> None:
-    """Import the pass modules so their decorators run."""
-    from workbench.passes import library  # noqa: F401
-
-
 def all_passes() -> list[RegisteredPass]:
-    _load_library()
+    """The passes registered so far (workbench.passes.library registers the workbench's own)."""
     return sorted(_REGISTRY.values(), key=lambda p: (FAMILIES.index(p.family), p.name))
 
 
 def lookup(spec: PassSpec, where: str) -> RegisteredPass:
     """The registered pass for `spec`; an unknown name suggests the closest ones."""
-    _load_library()
     if spec.name not in _REGISTRY:
         close = difflib.get_close_matches(spec.name, list(_REGISTRY), n=3)
         hint = f"did you mean {', '.join(map(repr, close))}?" if close else "run `workbench passes` for the list"

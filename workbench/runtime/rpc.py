@@ -10,14 +10,26 @@ from __future__ import annotations
 
 import socket
 import time
+from typing import Protocol
 
 from tvm import rpc
 
-from workbench.config import RpcConfig
 from workbench.errors import UserError
 
 
-def check_tracker(config: RpcConfig) -> dict:
+class RpcEndpoint(Protocol):
+    """Where the tracker is and which servers to ask for (the experiment's `measure.rpc` / `tuning.rpc`)."""
+
+    tracker: str  # host:port, as the user wrote it
+    key: str
+    timeout_s: float
+    session_timeout_s: float
+
+    @property
+    def address(self) -> tuple[str, int]: ...
+
+
+def check_tracker(config: RpcEndpoint) -> dict:
     """Reach the tracker and make sure a server with `config.key` is registered; return its summary."""
     host, port = config.address
     try:
@@ -44,7 +56,7 @@ def check_tracker(config: RpcConfig) -> dict:
         time.sleep(0.2)
 
 
-def connect(config: RpcConfig) -> rpc.RPCSession:
+def connect(config: RpcEndpoint) -> rpc.RPCSession:
     """A session on a free server with `config.key` (checked first, so a wrong key is an error, not a hang)."""
     check_tracker(config)
     host, port = config.address

@@ -16,6 +16,7 @@ from collections import deque
 from pathlib import Path
 
 from workbench.errors import UserError
+from workbench.sweep.workers import run_variant_task, worker_setup
 
 
 def _first_line(exc: BaseException) -> str:
@@ -38,8 +39,6 @@ class RayPool:
         except ImportError as exc:
             raise UserError(f"{self.sweep.path}: sweep.executor is 'ray' but Ray is not installed; "
                             "install the extra (pip install -e \".[ray]\") or set executor: local") from exc
-        from workbench.sweep.workers import run_variant_task, worker_setup
-
         self.setup = worker_setup(self.sweep, self.base_dir, self.workers)
         address = self.sweep.section.ray_address
         self.started_here = not ray.is_initialized()

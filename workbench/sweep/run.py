@@ -1,4 +1,5 @@
-"""Running a sweep: hash, (tune), measure; every outcome recorded as it arrives; resume.
+"""Measuring a sweep's variants: hash, (tune), measure; every outcome recorded as it arrives (driver.py runs the
+whole sweep, or the ordering search, with it).
 
 A batch of variants (a fixed sweep is one batch, a search one per step) goes through, in worker processes:
 1. hash: per distinct (model, target, pipeline), run only the pipeline and take the structural hash of the
@@ -19,15 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
 from workbench.atomic import atomic_write_json
-from workbench.errors import UserError
-from workbench.sweep.spec import SWEEP_MARKER, Sweep, Variant, _digest
+from workbench.sweep.spec import SWEEP_MARKER, Sweep, Variant, short_digest
 from workbench.sweep.store import SweepStore
-from workbench.sweep.tuning import read_tuning_summary, tune_classes
-from workbench.sweep.workers import make_pool
+from workbench.sweep.tuning import tune_classes
 
 
 @dataclass
@@ -112,7 +110,7 @@ class SweepRun:
             if status != "ok":
                 self._record([v], "failed", error=value)
                 continue
-            key = (_digest([value, v.setting_key])[:12], v.repeat)
+            key = (short_digest([value, v.setting_key])[:12], v.repeat)
             classes.setdefault(key, _Class(key, value, worker)).members.append(v)
         measured = {(r["class_id"], r["repeat"]): r for r in self.rows.values()
                     if r["status"] == "done" and r.get("class_id")}
@@ -151,47 +149,3 @@ class SweepRun:
         self.progress.update(self.bar, description=f"{self.sweep.name}: measuring")
         self.pool.run(deque((c.key, "run", c.members[0].config, c.worker) for c in fresh), on_done)
         self.progress.update(self.bar, description=self.sweep.name)
-
-
-def run_sweep(sweep: Sweep, base_dir: Path, *, workers: int | None = None, resume: bool = False,
-              console: Console | None = None) -> dict[str, dict]:
-    """Run every variant not already done (or the search); return the sweep_variants rows by id."""
-    console = console or Console(stderr=True)
-    sweep.output.mkdir(parents=True, exist_ok=True)
-    store = SweepStore(sweep.store_path)
-    try:
-        existing = store.rows()
-        if existing and not resume:
-            raise UserError(f"{sweep.output}: this folder already holds a sweep ({len(existing)} variants recorded); "
-                            "pass --resume to continue it, or remove the folder / set another `output:`")
-        write_marker(sweep)
-        todo = [v for v in sweep.variants if existing.get(v.id, {}).get("status") != "done"]
-        if not todo and sweep.search is None:
-            console.print(f"all {len(sweep.variants)} variants already done")
-            return existing
-        started = time.monotonic()
-        tuning_before = read_tuning_summary(sweep.output).get("seconds", 0.0)
-        progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console)
-        pool = make_pool(sweep, workers or sweep.section.workers, base_dir)
-        try:
-            with progress:
-                run = SweepRun(sweep, base_dir, store, pool, progress)
-                if sweep.search is not None:
-                    from workbench.sweep.search import OrderingSearch
-
-                    OrderingSearch(sweep, run).run()
-                else:
-                    run.measure(todo, run.hash(todo))
-        finally:
-            pool.close()
-        elapsed = time.monotonic() - started
-        tuning_s = read_tuning_summary(sweep.output).get("seconds", 0.0) - tuning_before
-        rows = store.rows()
-        classes = len({r["class_id"] for r in rows.values() if r["status"] == "done"})
-        split = f" (tuning {tuning_s:.1f} s, the rest {elapsed - tuning_s:.1f} s)" if sweep.tuning else ""
-        console.print(f"{len(sweep.variants)} variants in {elapsed:.1f} s{split}; {classes} equivalence classes "
-                      f"measured or reused, {run.failed} variants failed")
-        return rows
-    finally:
-        store.close()

@@ -19,9 +19,9 @@ import random
 import numpy as np
 
 from workbench.atomic import atomic_write_json
-from workbench.passes import pipeline_spec
+from workbench.config import pipeline_spec
 from workbench.sweep.run import SweepRun, write_marker
-from workbench.sweep.spec import Sweep, Variant, _specs
+from workbench.sweep.spec import Sweep, Variant, pass_specs
 
 SUMMARY = "search.json"
 Sequence = tuple[int, ...]  # indices into the search's passes
@@ -34,9 +34,9 @@ class OrderingSearch:
         spec = sweep.search
         self.sweep, self.sweep_run = sweep, run
         self.spec = spec
-        self.passes = _specs(spec.passes, f"{sweep.path}: sweep.orderings.passes")
-        self.prefix = _specs(spec.prefix, f"{sweep.path}: sweep.orderings.prefix")
-        self.suffix = _specs(spec.suffix, f"{sweep.path}: sweep.orderings.suffix")
+        self.passes = pass_specs(spec.passes, f"{sweep.path}: sweep.orderings.passes")
+        self.prefix = pass_specs(spec.prefix, f"{sweep.path}: sweep.orderings.prefix")
+        self.suffix = pass_specs(spec.suffix, f"{sweep.path}: sweep.orderings.suffix")
         self.max_length = min(spec.max_length or len(self.passes), len(self.passes))
         self.scores: dict[Sequence, float | None] = {}
         self.hashes: dict[str, float | None] = {}  # structural hash -> score of the first candidate with that IR

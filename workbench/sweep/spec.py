@@ -31,10 +31,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, PositiveFloat, PositiveInt, Tag, ValidationError
 
-from workbench.config import Strict, TuningConfig, _describe, apply_override, read_yaml, validate
+from workbench.config import Strict, TuningConfig, describe_error, apply_override, read_yaml, validate
 from workbench.errors import UserError
-from workbench.passes import pipeline_spec
-from workbench.passes.pipeline_spec import PassSpec
+from workbench.config import pipeline_spec
+from workbench.config.pipeline_spec import PassSpec
 
 SWEEP_MARKER = "sweep.json"
 STORE_NAME = "results.sqlite"
@@ -119,13 +119,13 @@ class Variant:
 
     @property
     def ir_key(self) -> str:
-        return _ir_key(self.config)
+        return ir_key(self.config)
 
     @property
     def setting_key(self) -> str:
         """Everything except the pipeline and where files go: two variants with equal IR and equal
         setting_key measure the same thing (a tuned and an untuned variant differ in `tuning`)."""
-        return _digest({k: v for k, v in self.config.items() if k not in ("pipeline", "output", "results")})
+        return short_digest({k: v for k, v in self.config.items() if k not in ("pipeline", "output", "results")})
 
 
 @dataclass
@@ -192,16 +192,16 @@ class Sweep:
         return [known[v.id] for v in variants]
 
 
-def _digest(obj: Any) -> str:
+def short_digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _ir_key(config: dict) -> str:
+def ir_key(config: dict) -> str:
     """Everything that determines the optimized IR (model, inputs, target, pipeline)."""
-    return _digest({k: config[k] for k in ("model", "target", "pipeline")})
+    return short_digest({k: config[k] for k in ("model", "target", "pipeline")})
 
 
-def _specs(value: Any, where: str) -> list[PassSpec]:
+def pass_specs(value: Any, where: str) -> list[PassSpec]:
     try:
         return pipeline_spec.from_yaml(value)
     except (ValueError, UserError) as exc:
@@ -212,14 +212,14 @@ def expand_orderings(section: SweepSection, base_pipeline: Any, origin: str) -> 
     """The list of pipelines the sweep tries, in a stable order (none up front for a search)."""
     orderings = section.orderings
     if orderings is None:
-        return [_specs(base_pipeline or [], f"{origin}: base.pipeline")]
+        return [pass_specs(base_pipeline or [], f"{origin}: base.pipeline")]
     if isinstance(orderings, Search):
         return []
     if isinstance(orderings, list):
-        return [_specs(entry, f"{origin}: sweep.orderings[{i}]") for i, entry in enumerate(orderings)]
-    passes = _specs(orderings.permutations, f"{origin}: sweep.orderings.permutations")
-    prefix = _specs(orderings.prefix, f"{origin}: sweep.orderings.prefix")
-    suffix = _specs(orderings.suffix, f"{origin}: sweep.orderings.suffix")
+        return [pass_specs(entry, f"{origin}: sweep.orderings[{i}]") for i, entry in enumerate(orderings)]
+    passes = pass_specs(orderings.permutations, f"{origin}: sweep.orderings.permutations")
+    prefix = pass_specs(orderings.prefix, f"{origin}: sweep.orderings.prefix")
+    suffix = pass_specs(orderings.suffix, f"{origin}: sweep.orderings.suffix")
     perms = [list(p) for p in itertools.permutations(passes)]
     if orderings.sample is not None and orderings.sample < len(perms):
         keep = sorted(random.Random(orderings.seed).sample(range(len(perms)), orderings.sample))
@@ -247,12 +247,12 @@ def _validated(data: dict, path: Path) -> SweepFile:
             at = loc.index("orderings") + 1 if "orderings" in loc[:-1] else None
             form = {"permutations": Permutations, "search": Search}.get(loc[at]) if at is not None else None
             if form is not None:
-                inner = _describe({**error, "loc": tuple(loc[at + 1:])}, form)
+                inner = describe_error({**error, "loc": tuple(loc[at + 1:])}, form)
                 lines.append(".".join(map(str, loc[:at])) + "." + inner)
             else:
                 if at is not None and loc[at] in _ORDERING_TAGS:
                     del loc[at]
-                lines.append(_describe({**error, "loc": tuple(loc)}, SweepFile))
+                lines.append(describe_error({**error, "loc": tuple(loc)}, SweepFile))
         raise UserError(f"{path}: invalid sweep:\n  " + "\n  ".join(lines)) from exc
 
 
@@ -288,16 +288,16 @@ def load_sweep(path: Path, base_dir: Path | None = None, overrides: list[str] = 
             raise UserError(f"the sweep expands to zero variants: {path}: sweep.grid.{key} is an empty list")
     search = raw.sweep.orderings if isinstance(raw.sweep.orderings, Search) else None
     if search is not None:
-        _specs(search.passes, f"{path}: sweep.orderings.passes")
+        pass_specs(search.passes, f"{path}: sweep.orderings.passes")
         if raw.sweep.grid:
             raise UserError(f"{path}: sweep.grid: a search (sweep.orderings.search) ranks pipelines on one setting; "
                             "remove the grid or run one search per setting")
     elif not orderings:
         raise UserError(f"the sweep expands to zero variants: {path}: sweep.orderings is empty"
                         + (" (sample/permutations gave nothing)" if isinstance(raw.sweep.orderings, Permutations) else ""))
-    permuted = ([s.name for s in _specs(raw.sweep.orderings.permutations, str(path))]
+    permuted = ([s.name for s in pass_specs(raw.sweep.orderings.permutations, str(path))]
                 if isinstance(raw.sweep.orderings, Permutations) else
-                [s.name for s in _specs(search.passes, str(path))] if search is not None else [])
+                [s.name for s in pass_specs(search.passes, str(path))] if search is not None else [])
     tuning = _tuning(raw, base, path)
     database_root = None
     if tuning is not None:

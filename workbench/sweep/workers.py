@@ -18,8 +18,8 @@ from typing import Any
 
 from workbench.config import Experiment, validate
 from workbench.errors import UserError
-from workbench.measure.threads import TVM_THREADS_ENV, cpu_threads
-from workbench.sweep.spec import Sweep, _ir_key
+from workbench.runtime.threads import TVM_THREADS_ENV, cpu_threads
+from workbench.sweep.spec import Sweep, ir_key
 
 
 
@@ -74,7 +74,7 @@ class VariantRunner:
     def optimized_module(self, experiment: Experiment, config: dict) -> tuple:
         """(optimized module, pass records) of the variant's pipeline, from the last few this process ran."""
         from workbench.compile.targets import make_target
-        from workbench.measure.inputs import input_specs
+        from workbench.models.inputs import input_specs
         from workbench.models.canonicalize import canonicalize
         from workbench.models.importer import import_to_relax
         from workbench.models.sources import resolve_source
@@ -82,7 +82,7 @@ class VariantRunner:
 
         if self.plugin_error:
             raise UserError(self.plugin_error)
-        key = _ir_key(config)
+        key = ir_key(config)
         if key not in self.optimized:
             base_dir = Path(self.setup.base_dir)
             model = json.dumps(experiment.model.model_dump(mode="json"), sort_keys=True)
@@ -205,15 +205,15 @@ class _Worker:
         self.conn.close()
 
 
-def _stealable(pending: deque, pool: list[_Worker]) -> tuple | None:
+def stealable(pending: deque, pool: list[_Worker]) -> tuple | None:
     """The oldest task an idle worker may take: routed nowhere (or to a worker gone), or routed to a busy
     worker that is not running the same IR."""
-    running = {_ir_key(w.task[2]) for w in pool if w.task}
+    running = {ir_key(w.task[2]) for w in pool if w.task}
     for task in pending:
         prefer = task[3]
         if prefer is None or prefer >= len(pool):
             return task
-        if pool[prefer].task is not None and _ir_key(task[2]) not in running:
+        if pool[prefer].task is not None and ir_key(task[2]) not in running:
             return task
     return None
 
@@ -248,7 +248,7 @@ class LocalPool:
         while pending or any(w.task for w in pool):
             for i, w in enumerate(pool):
                 if w.task is None and pending:
-                    pick = next((t for t in pending if t[3] == i), None) or _stealable(pending, pool)
+                    pick = next((t for t in pending if t[3] == i), None) or stealable(pending, pool)
                     if pick is None:
                         continue  # what is left waits for the workers that hold its IR
                     pending.remove(pick)
@@ -286,12 +286,3 @@ class LocalPool:
         for w in self.pool:
             w.kill()
         self.pool = []
-
-
-def make_pool(sweep: Sweep, workers: int, base_dir: Path):
-    """The executor the sweep file asks for: a LocalPool, or a RayPool (same `run`/`close`)."""
-    if sweep.section.executor == "ray":
-        from workbench.sweep.ray import RayPool
-
-        return RayPool(sweep, workers, base_dir)
-    return LocalPool(sweep, workers, base_dir)

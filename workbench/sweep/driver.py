@@ -1,0 +1,60 @@
+"""Running a whole sweep: every variant not yet done (or the ordering search), in a pool of workers, into the
+sweep's store; `--resume` goes on where a run stopped."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from workbench.errors import UserError
+from workbench.sweep.pools import make_pool
+from workbench.sweep.run import SweepRun, write_marker
+from workbench.sweep.search import OrderingSearch
+from workbench.sweep.spec import Sweep
+from workbench.sweep.store import SweepStore
+from workbench.sweep.tuning import read_tuning_summary
+
+
+def run_sweep(sweep: Sweep, base_dir: Path, *, workers: int | None = None, resume: bool = False,
+              console: Console | None = None) -> dict[str, dict]:
+    """Run every variant not already done (or the search); return the sweep_variants rows by id."""
+    console = console or Console(stderr=True)
+    sweep.output.mkdir(parents=True, exist_ok=True)
+    store = SweepStore(sweep.store_path)
+    try:
+        existing = store.rows()
+        if existing and not resume:
+            raise UserError(f"{sweep.output}: this folder already holds a sweep ({len(existing)} variants recorded); "
+                            "pass --resume to continue it, or remove the folder / set another `output:`")
+        write_marker(sweep)
+        todo = [v for v in sweep.variants if existing.get(v.id, {}).get("status") != "done"]
+        if not todo and sweep.search is None:
+            console.print(f"all {len(sweep.variants)} variants already done")
+            return existing
+        started = time.monotonic()
+        tuning_before = read_tuning_summary(sweep.output).get("seconds", 0.0)
+        progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console)
+        pool = make_pool(sweep, workers or sweep.section.workers, base_dir)
+        try:
+            with progress:
+                run = SweepRun(sweep, base_dir, store, pool, progress)
+                if sweep.search is not None:
+                    OrderingSearch(sweep, run).run()
+                else:
+                    run.measure(todo, run.hash(todo))
+        finally:
+            pool.close()
+        elapsed = time.monotonic() - started
+        tuning_s = read_tuning_summary(sweep.output).get("seconds", 0.0) - tuning_before
+        rows = store.rows()
+        classes = len({r["class_id"] for r in rows.values() if r["status"] == "done"})
+        split = f" (tuning {tuning_s:.1f} s, the rest {elapsed - tuning_s:.1f} s)" if sweep.tuning else ""
+        console.print(f"{len(sweep.variants)} variants in {elapsed:.1f} s{split}; {classes} equivalence classes "
+                      f"measured or reused, {run.failed} variants failed")
+        return rows
+    finally:
+        store.close()
