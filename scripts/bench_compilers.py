@@ -22,21 +22,17 @@ import argparse
 import tempfile
 from pathlib import Path
 
-import numpy as np
-import tvm
 from rich.console import Console
 from rich.table import Table
 
-from workbench.compile.build import build_lowered, build_tvm_default
+from workbench.compile.build import build_tvm_default
 from workbench.compile.targets import make_target
 from workbench.config import Experiment, TargetConfig, load_experiment, validate
 from workbench.errors import BaselineUnavailable
-from workbench.models.inputs import canonical_model, make_inputs
+from workbench.stages import Prepared, build, optimize, prepare
 from workbench.measure.iree import iree_runner
 from workbench.measure.timing import interleaved_medians
 from workbench.models import zoo
-from workbench.models.importer import import_to_relax
-from workbench.passes.pipeline import run_pipeline
 from workbench.config.pipeline_spec import parse_text
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
 
@@ -53,14 +49,13 @@ def experiment_for(name: str) -> Experiment:
     return load_experiment(ROOT / "configs" / f"{name}.yaml")
 
 
-def workbench_candidates(imported: tvm.IRModule, pipelines: list[str], target: tvm.target.Target,
-                         inputs: dict[str, np.ndarray], database=None) -> dict[str, Runner]:
+def workbench_candidates(prepared: Prepared, pipelines: list[str], database=None) -> dict[str, Runner]:
     """One runner per workbench pipeline, and with a `database` one more per pipeline with tuned schedules."""
-    runners = {}
+    runners, target, inputs = {}, prepared.target, prepared.inputs
     for text in pipelines:
-        optimized, _ = run_pipeline(imported, parse_text(text), target)
-        runners[f"workbench[{text}]"] = tvm_runner(text, build_lowered(optimized, target), inputs, target)
-        tuned = build_lowered(optimized, target, database) if database is not None else None
+        optimized = optimize(prepared, parse_text(text))
+        runners[f"workbench[{text}]"] = tvm_runner(text, build(optimized, target), inputs, target)
+        tuned = build(optimized, target, database) if database is not None else None
         if tuned is not None and tuned.tuning["covered"]:  # a database for another model covers nothing here
             covered = f"+tuned {len(tuned.tuning['covered'])}/{tuned.kernels}"
             runners[f"workbench[{text}{covered}]"] = tvm_runner(text, tuned, inputs, target)
@@ -69,12 +64,10 @@ def workbench_candidates(imported: tvm.IRModule, pipelines: list[str], target: t
 
 def bench_model(name: str, pipelines: list[str], repeat: int, rounds: int, console: Console, database=None) -> dict:
     experiment = experiment_for(name)
-    model = canonical_model(experiment.model, ROOT)
-    inputs = make_inputs(model, experiment.model, experiment.seed, ROOT)
-    target = make_target(TargetConfig())  # this machine's CPU
     with console.status(f"{name}: building"), tempfile.TemporaryDirectory() as iree_dir:
-        imported = import_to_relax(model)
-        runners = workbench_candidates(imported, pipelines, target, inputs, database)
+        prepared = prepare(experiment, ROOT, make_target(TargetConfig()))  # this machine's CPU
+        model, inputs, target, imported = prepared.canonical, prepared.inputs, prepared.target, prepared.imported
+        runners = workbench_candidates(prepared, pipelines, database)
         runners["ort_all"] = ort_runner("ort_all", model, inputs)
         runners["tvm_default"] = tvm_runner("tvm_default", build_tvm_default(imported, target), inputs, target)
         notes = {}

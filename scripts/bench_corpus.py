@@ -28,7 +28,8 @@ from pathlib import Path
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import WORKBENCH_LABEL
 from workbench.errors import UserError
-from workbench.measure.side_by_side import COMPARED, Row, bench
+from workbench.record.corpus_table import Row
+from workbench.stages.side_by_side import COMPARED, bench
 from workbench.runtime.threads import target_threads
 from workbench.models.corpus import CORPUS_FILE, load_corpus
 from workbench.config.pipeline_spec import to_text

@@ -23,17 +23,15 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from workbench.compile.build import build_lowered, build_tvm_default
+from workbench.compile.build import build_tvm_default
 from workbench.compile.databases import applied_database
-from workbench.compile.targets import make_target, target_key
+from workbench.compile.targets import target_key
 from workbench.config import load_experiment
 from workbench.errors import BaselineUnavailable
-from workbench.models.inputs import canonical_model, make_inputs
+from workbench.stages import build, optimize, prepare
 from workbench.measure.iree import iree_runner
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
 from workbench.measure.timing import interleaved_medians
-from workbench.models.importer import import_to_relax
-from workbench.passes.pipeline import run_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = "quickstart,mobilenet_block,transformer_block,rapidocr_det"
@@ -43,14 +41,12 @@ BASELINES = ("ort_all", "iree", "tvm_default")
 def workbench_runner(config: Path) -> tuple[Runner, dict, object]:
     """The config's workbench build as `workbench run` makes it, its runner, and what the row records of it."""
     experiment = load_experiment(config)
-    target = make_target(experiment.target)
-    model = canonical_model(experiment.model, ROOT)
-    inputs = make_inputs(model, experiment.model, experiment.seed, ROOT)
-    imported = import_to_relax(model)
-    optimized, _ = run_pipeline(imported, experiment.pipeline, target, stats=False)
+    prepared = prepare(experiment, ROOT)
+    target, model, inputs, imported = prepared.target, prepared.canonical, prepared.inputs, prepared.imported
+    optimized = optimize(prepared, experiment.pipeline, stats=False)
     choice, database = applied_database(experiment, ROOT, target, f"workbench tune {config}")
     note = "untuned (no tuning: section)" if choice is None else choice.note or f"tuned for {choice.tuned_for}"
-    built = build_lowered(optimized, target, database, experiment.layout_rewrite)
+    built = build(optimized, target, database, experiment.layout_rewrite)
     if built.tuning:
         note += f"; {len(built.tuning['covered'])}/{built.kernels} kernels tuned"
     row = {"config": config.stem, "target": target_key(target), "database": note, "kernels": built.kernels}

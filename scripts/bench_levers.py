@@ -27,7 +27,8 @@ from rich.table import Table
 from workbench.compile.build import build_lowered
 from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE, applied_database, choose_database
 from workbench.compile.targets import make_target, target_key
-from workbench.compile.tune_run import optimized_module, tune_experiment
+from workbench.stages import optimized_module
+from workbench.stages.tuning import tune_experiment
 from workbench.config import Experiment, load_experiment
 from workbench.errors import BaselineUnavailable
 from workbench.models.inputs import canonical_model, make_inputs

@@ -15,12 +15,9 @@ import tvm
 from rich.console import Console
 from rich.table import Table
 
-from workbench.compile.build import build_lowered
 from workbench.config import load_experiment
-from workbench.models.inputs import canonical_model, make_inputs
+from workbench.stages import build, optimize, prepare
 from workbench.measure.timing import time_call
-from workbench.models.importer import import_to_relax
-from workbench.passes.pipeline import run_pipeline
 from workbench.config.pipeline_spec import parse_text
 from workbench.measure.runners import tvm_runner
 
@@ -33,10 +30,8 @@ FULL_PIPELINE = "fold_constant,fold_batchnorm,fuse,dce"
 
 def bench_model(label: str, config: Path, repeat: int, console: Console) -> Table:
     experiment = load_experiment(config)
-    model = canonical_model(experiment.model, ROOT)
-    inputs = make_inputs(model, experiment.model, experiment.seed, ROOT)
-    imported = import_to_relax(model)
-    target = tvm.target.Target({"kind": "llvm"})
+    prepared = prepare(experiment, ROOT, tvm.target.Target({"kind": "llvm"}))
+    inputs, target = prepared.inputs, prepared.target
     variants = {"unoptimized": ""} | {name: name for name in SINGLE_PASSES} | {"full pipeline": FULL_PIPELINE}
     table = Table(title=f"{label}: unoptimized vs single passes vs full pipeline (llvm, median of {repeat})")
     for column in ("variant", "kernels", "median ms", "speedup vs unoptimized"):
@@ -45,8 +40,7 @@ def bench_model(label: str, config: Path, repeat: int, console: Console) -> Tabl
     for name, text in variants.items():
         with console.status(f"{label}: {name}"):
             try:
-                optimized, _ = run_pipeline(imported, parse_text(text), target)
-                built = build_lowered(optimized, target)
+                built = build(optimize(prepared, parse_text(text)), target)
             except Exception as exc:  # a pass that makes the model unbuildable is a finding, not a crash
                 table.add_row(name, "—", "build failed", str(exc).strip().splitlines()[0][:60])
                 continue

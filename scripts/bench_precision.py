@@ -27,17 +27,14 @@ import numpy as np
 from rich.console import Console
 from tvm.target import codegen
 
-from workbench.compile.build import build_lowered
 from workbench.compile.targets import make_target
 from workbench.config import Experiment, TargetConfig, load_experiment
 from workbench.experiment import calibration_samples, ort_int8_model
 from workbench.models.accuracy import compare
-from workbench.models.inputs import canonical_model, make_inputs
+from workbench.stages import build, optimize, prepare
 from workbench.measure.runners import ort_runner, tvm_runner
 from workbench.measure.timing import time_call
-from workbench.models.importer import import_to_relax
 from workbench.kernels.packed_conv import vnni_target
-from workbench.passes.pipeline import run_pipeline
 from workbench.config.pipeline_spec import PassSpec, parse_text, to_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,10 +117,8 @@ def _top1(runner_for, samples: list[dict[str, np.ndarray]], reference) -> float:
 def bench_model(name: str, repeat: int, console: Console) -> list[dict]:
     config, extra = MODELS[name]
     experiment: Experiment = load_experiment(ROOT / config)
-    model = canonical_model(experiment.model, ROOT)
-    inputs = make_inputs(model, experiment.model, experiment.seed, ROOT)
-    imported = import_to_relax(model)
-    target = make_target(TargetConfig())  # this CPU, as `workbench run` builds for it (F16C, AVX2 here)
+    prepared = prepare(experiment, ROOT, make_target(TargetConfig()))  # this CPU, as `workbench run` builds for it
+    model, inputs, target = prepared.canonical, prepared.inputs, prepared.target
     out_dir = ROOT / "runs" / "bench_precision" / name
     if name in TEXT_MODELS:
         experiment, inputs = _on_text(experiment, inputs, out_dir)
@@ -135,10 +130,10 @@ def bench_model(name: str, repeat: int, console: Console) -> list[dict]:
     builds, runners, notes = {}, {}, {}
     for label, pipeline in pipelines.items():
         with console.status(f"{name}: building {label}"):
-            optimized, records = run_pipeline(imported, parse_text(pipeline), target, stats=False)
-            builds[label] = build_lowered(optimized, target)
+            optimized = optimize(prepared, parse_text(pipeline), stats=False)
+            builds[label] = build(optimized, target)
         runners[label] = tvm_runner(label, builds[label], inputs, target)
-        notes[label] = _int8_note(records, target)
+        notes[label] = _int8_note(optimized.records, target)
     if "int8" in extra:
         with console.status(f"{name}: ONNX Runtime static quantization"):
             onnx_models["ort_int8"] = ort_int8_model(experiment, model, out_dir)

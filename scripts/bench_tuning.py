@@ -15,15 +15,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.compile.build import build_lowered, build_tvm_default  # noqa: E402
+from workbench.compile.build import build_tvm_default  # noqa: E402
 from workbench.config import load_experiment  # noqa: E402
-from workbench.models.inputs import canonical_model, make_inputs  # noqa: E402
+from workbench.stages import build, optimize, prepare  # noqa: E402
 from workbench.measure.timing import time_call  # noqa: E402
-from workbench.models.importer import import_to_relax  # noqa: E402
-from workbench.passes.pipeline import run_pipeline  # noqa: E402
 from workbench.measure.runners import ort_runner, tvm_runner  # noqa: E402
 from workbench.compile.databases import choose_database  # noqa: E402
-from workbench.compile.targets import make_target, target_key  # noqa: E402
+from workbench.compile.targets import target_key  # noqa: E402
 from workbench.compile.databases import open_database  # noqa: E402
 
 
@@ -36,21 +34,19 @@ def main() -> None:
 
     base = Path.cwd()
     experiment = load_experiment(Path(args.config))
-    target = make_target(experiment.target)
-    canonical = canonical_model(experiment.model, base)
-    inputs = make_inputs(canonical, experiment.model, experiment.seed, base)
-    imported = import_to_relax(canonical)
-    optimized, _ = run_pipeline(imported, experiment.pipeline, target, stats=False)
+    prepared = prepare(experiment, base)
+    target, canonical, inputs, imported = prepared.target, prepared.canonical, prepared.inputs, prepared.imported
+    optimized = optimize(prepared, experiment.pipeline, stats=False)
     database_dir = Path(args.database) if args.database else \
         choose_database(experiment.database_root(base), target, f"workbench tune {args.config}").path
     if database_dir is None:
         raise SystemExit(f"no database for {target_key(target)} under {experiment.database_root(base)}: "
                          f"workbench tune {args.config}")
-    tuned = build_lowered(optimized, target, open_database(database_dir, create=False), experiment.layout_rewrite)
+    tuned = build(optimized, target, open_database(database_dir, create=False), experiment.layout_rewrite)
 
     runners = {
         "workbench tuned": tvm_runner("tuned", tuned, inputs, target),
-        "workbench untuned": tvm_runner("untuned", build_lowered(optimized, target), inputs, target),
+        "workbench untuned": tvm_runner("untuned", build(optimized, target), inputs, target),
         "tvm_default": tvm_runner("tvm_default", build_tvm_default(imported, target), inputs, target),
         "ort_all": ort_runner("ort_all", canonical, inputs),
     }

@@ -24,12 +24,12 @@ from rich.console import Console  # noqa: E402
 
 from workbench.compile.build import build_lowered  # noqa: E402
 from workbench.config import TuningConfig, load_experiment  # noqa: E402
-from workbench.models.inputs import canonical_model, make_inputs  # noqa: E402
 from workbench.measure.timing import time_call  # noqa: E402
 from workbench.measure.runners import tvm_runner  # noqa: E402
 from workbench.compile.targets import make_target  # noqa: E402
 from workbench.compile.databases import open_database  # noqa: E402
-from workbench.compile.tune_run import optimized_module, tune_optimized  # noqa: E402
+from workbench.stages import build, optimize, prepare  # noqa: E402
+from workbench.stages.tuning import tune_optimized  # noqa: E402
 
 
 def curve(config_path: Path, budgets: list[int], cost_model: str, out: Path, repeat: int,
@@ -39,10 +39,10 @@ def curve(config_path: Path, budgets: list[int], cost_model: str, out: Path, rep
     experiment = load_experiment(config_path)
     folder = out / experiment.name / cost_model
     target = make_target(experiment.target)
-    optimized = optimized_module(experiment, base, target)
-    canonical = canonical_model(experiment.model, base)
-    inputs = make_inputs(canonical, experiment.model, experiment.seed, base)
-    untuned = tvm_runner("untuned", build_lowered(optimized, target), inputs, target)
+    prepared = prepare(experiment, base, target)
+    optimized = optimize(prepared, experiment.pipeline, stats=False)
+    inputs = prepared.inputs
+    untuned = tvm_runner("untuned", build(optimized, target), inputs, target)
     points = [{"trials": 0, "median_ms": time_call(untuned.run_once, 3, repeat, untuned.sync).median_ms}]
     for budget in budgets:
         tuning = TuningConfig(trials=budget, cost_model=cost_model, database=folder / "db",

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from workbench.errors import UserError
-from workbench.measure.side_by_side import COMPARED, bench
+from workbench.stages.side_by_side import COMPARED, bench
 from workbench.models import zoo
 from workbench.models.corpus import load_corpus
 

@@ -5,7 +5,6 @@ untuned builds that run (only on a VNNI host, where the candidates can be measur
 
 import logging
 import platform
-import re
 
 import numpy as np
 import pytest

@@ -91,7 +91,7 @@ def _shown(path: Path) -> str:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from workbench.config import load_experiment
-    from workbench.compile.tune_run import tune_experiment
+    from workbench.stages.tuning import tune_experiment
 
     experiment = load_experiment(Path(args.config), list(args.set or []))
     args.log_dir = experiment.output_dir(Path.cwd())

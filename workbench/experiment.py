@@ -23,25 +23,24 @@ import tvm
 import tvm_ffi
 from rich.console import Console
 
-from workbench.config import pipeline_spec
-from workbench.models.accuracy import compare
 from workbench.atomic import atomic_write_bytes, atomic_write_json
 from workbench.compile.build import Built, build_lowered, build_tvm_default
-from workbench.compile.databases import applied_database
-from workbench.config import WORKBENCH_LABEL, Experiment
 from workbench.compile.cuda_report import kernel_report
+from workbench.compile.databases import applied_database
+from workbench.compile.targets import (GENERIC_CPU, describe, device_for, is_cuda, make_target, resolved,
+                                      target_key)
+from workbench.config import pipeline_spec
+from workbench.config import WORKBENCH_LABEL, Experiment
 from workbench.errors import BaselineUnavailable, ReferenceFailed, UserError
-from workbench.models.inputs import canonical_model, make_inputs
 from workbench.measure.iree import iree_runner, iree_version
-from workbench.models.importer import import_to_relax
-from workbench.passes.pipeline import run_pipeline
+from workbench.measure.runners import Runner, ort_runner, tvm_runner
+from workbench.models.accuracy import compare
 from workbench.record.report import write_report
 from workbench.record.store import ResultsStore
 from workbench.runtime.rpc import connect
-from workbench.measure.runners import Runner, ort_runner, tvm_runner
 from workbench.runtime.threads import target_threads
-from workbench.compile.targets import (GENERIC_CPU, describe, device_for, is_cuda, make_target, resolved,
-                                      target_key)
+from workbench.stages import Optimized, Prepared, optimize, prepare
+from workbench.stages.tuning import tune_optimized
 
 
 @contextmanager
@@ -211,7 +210,8 @@ def _profiles(experiment: Experiment, canonical: onnx.ModelProto, inputs: dict[s
 
 def run_experiment(experiment: Experiment, base_dir: Path, console: Console | None = None,
                    dump_ir: Path | None = None, store: bool = True, builds: dict | None = None,
-                   config_path: Path | None = None) -> dict:
+                   config_path: Path | None = None, prepared: Prepared | None = None,
+                   optimized: Optimized | None = None) -> dict:
     """Run the experiment, write its files and (with `store`) its store row; return the result dict.
 
     A baseline that cannot run is reported and the run goes on, but when that baseline is the accuracy
@@ -221,10 +221,12 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     A sweep passes store=False (its parent process adds the row together with the variants it measures)
     and one `builds` dict for all runs of a worker: a TVM baseline, or an optimized module equal to one
     built before (another seed, another repeat), is compiled once per worker and measured afresh in each run.
-    `config_path` is only shown, in the command that would tune this experiment when no database fits."""
+    `config_path` is only shown, in the command that would tune this experiment when no database fits.
+    A caller that holds the experiment's `prepared` model (and its `optimized` one: the sweep keeps those it
+    hashed) passes them in; the stages they stand for are not run again."""
     console = console or Console(stderr=True)
     out_dir = _writable_output(experiment.output_dir(base_dir))
-    target = make_target(experiment.target)
+    target = prepared.target if prepared is not None else make_target(experiment.target)
     place = _tvm_place(experiment, target)
     result: dict = {
         "name": experiment.name,
@@ -246,27 +248,25 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     database, choice = None, None
     if tuning is not None and not tuning.tune:  # a missing database is reported before any long work
         choice, database = applied_database(experiment, base_dir, target, tune_hint)
-    with step(console, f"Loading {experiment.model.source}"):
-        canonical = canonical_model(experiment.model, base_dir)
-        atomic_write_bytes(out_dir / "model.canonical.onnx", canonical.SerializeToString())
-        inputs = make_inputs(canonical, experiment.model, experiment.seed, base_dir)
-        np.savez(out_dir / "inputs.npz", **inputs)
-        result["model"]["inputs"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in inputs.items()}
-    with step(console, "Importing to Relax"):
-        imported = import_to_relax(canonical)
-    with step(console, f"Running pipeline [bold]{result['pipeline_text'] or '(empty)'}[/]"):
-        optimized, records = run_pipeline(imported, experiment.pipeline, target, dump_ir)
-        result["passes"] = [vars(record) for record in records]
+    if prepared is None:
+        with step(console, f"Loading {experiment.model.source} and importing it to Relax"):
+            prepared = prepare(experiment, base_dir, target)
+    canonical, inputs, imported = prepared.canonical, prepared.inputs, prepared.imported
+    atomic_write_bytes(out_dir / "model.canonical.onnx", canonical.SerializeToString())
+    np.savez(out_dir / "inputs.npz", **inputs)
+    result["model"]["inputs"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in inputs.items()}
+    if optimized is None:
+        with step(console, f"Running pipeline [bold]{result['pipeline_text'] or '(empty)'}[/]"):
+            optimized = optimize(prepared, experiment.pipeline, dump_ir)
+    result["passes"] = [vars(record) for record in optimized.records]
     if tuning is not None and tuning.tune:
-        from workbench.compile.tune_run import tune_optimized
-
-        trials, _folder = tune_optimized(optimized, target, experiment, base_dir, console)
+        trials, _folder = tune_optimized(optimized.module, target, experiment, base_dir, console)
         result["tuning_trials"] = [r.as_dict() for r in trials]
         choice, database = applied_database(experiment, base_dir, target, tune_hint)
     with step(console, f"Building workbench for {target_key(target)}"
                        + (f" with tuned schedules ({choice.tuned_for or 'target unrecorded'})" if database is not None else "")):
         library = out_dir / "workbench.so"
-        built = _workbench_build(optimized, target, library, builds, database, experiment.layout_rewrite)
+        built = _workbench_build(optimized.module, target, library, builds, database, experiment.layout_rewrite)
     if built.fell_back:
         result["kernels_fell_back"] = built.fell_back
         console.print(f"[yellow]![/] {len(built.fell_back)} kernels failed to lower with their schedule and run "

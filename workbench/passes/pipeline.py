@@ -16,7 +16,6 @@ from pathlib import Path
 
 import tvm
 import tvm_ffi
-from tvm import relax
 
 from workbench.atomic import atomic_write_text
 from workbench.errors import UserError

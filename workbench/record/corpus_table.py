@@ -12,15 +12,43 @@ import io
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 from pathlib import Path
 
 from matplotlib.figure import Figure  # a bare Figure renders with Agg, with no pyplot state or GUI backend
 
 from workbench.atomic import atomic_write_bytes, atomic_write_text
 from workbench.config import WORKBENCH_LABEL
-from workbench.measure.side_by_side import Row
 from workbench.models.corpus import CorpusEntry
 from workbench.record.report import markdown_table
+
+
+@dataclass
+class Row:
+    """What one model's run produced: medians by label, the workbench's accuracy, and why anything is missing."""
+
+    name: str
+    rtol: float  # the tolerance the workbench's outputs were checked with
+    atol: float
+    medians_ms: dict[str, float] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)  # baseline label -> why it was not measured
+    accuracy: dict | None = None  # workbench vs ort_none (measure.accuracy.compare)
+    kernels: int | None = None
+    failure: str | None = None  # "stage: reason" where the workbench's path stopped
+    mismatch: str | None = None  # why the workbench's outputs do not count as ONNX Runtime's
+
+    @property
+    def status(self) -> Literal["ok", "mismatch", "failed"]:
+        return "failed" if self.failure else "mismatch" if self.mismatch else "ok"
+
+    @property
+    def reason(self) -> str | None:
+        return self.failure or self.mismatch
+
+    def ratio(self, label: str) -> float | None:
+        """label median / workbench median (> 1: the workbench is faster); None where either was not timed."""
+        ours, theirs = self.medians_ms.get(WORKBENCH_LABEL), self.medians_ms.get(label)
+        return theirs / ours if ours and theirs else None
 
 
 @dataclass(frozen=True)

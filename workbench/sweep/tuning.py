@@ -50,7 +50,7 @@ def union_of_tasks(runner: VariantRunner, classes: dict[str, dict], layout_rewri
     for class_id, config in classes.items():
         experiment = validate(config, "variant")
         target = make_target(experiment.target)
-        optimized, _records = runner.optimized_module(experiment, config)
+        optimized = runner.optimized_module(experiment, config).module
         key = target_key(target)
         targets[key] = target
         tasks = union.setdefault(key, {})

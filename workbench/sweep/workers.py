@@ -49,8 +49,8 @@ class VariantRunner:
                 importlib.import_module(module)
             except Exception as exc:  # reported on every task: the user's plugin is broken
                 self.plugin_error = f"plugin {module!r} failed to import: {exc.__class__.__name__}: {exc}"
-        self.imported: dict[str, Any] = {}
-        self.optimized: dict[str, Any] = {}  # ir_key -> (optimized module, pass records), the last few
+        self.prepared_models: dict[str, Any] = {}  # model, target, seed -> stages.Prepared
+        self.optimized: dict[str, Any] = {}  # ir_key -> stages.Optimized, the last few
         self.builds: dict = {}  # compiled modules by IR, reused across this process's runs (run_experiment's cache)
 
     def __call__(self, kind: str, config: dict) -> tuple[str, Any]:
@@ -64,32 +64,32 @@ class VariantRunner:
             if kind == "hash":
                 import tvm_ffi
 
-                optimized, _records = self.optimized_module(experiment, config)
+                optimized = self.optimized_module(experiment, config).module
                 return "ok", f"{tvm_ffi.structural_hash(optimized) & 0xFFFFFFFFFFFFFFFF:016x}"
             return "ok", self._run(experiment, config)
         except BaseException as exc:  # noqa: BLE001 - everything a variant raises is its failure
             traceback.print_exc()
             return "error", f"{exc.__class__.__name__}: {exc}".strip()
 
-    def optimized_module(self, experiment: Experiment, config: dict) -> tuple:
-        """(optimized module, pass records) of the variant's pipeline, from the last few this process ran."""
-        from workbench.compile.targets import make_target
-        from workbench.models.inputs import input_specs
-        from workbench.models.canonicalize import canonicalize
-        from workbench.models.importer import import_to_relax
-        from workbench.models.sources import resolve_source
-        from workbench.passes.pipeline import run_pipeline
+    def prepared(self, experiment: Experiment):
+        """The variant's model prepared (stages.prepare), once per model, target and seed in this process."""
+        from workbench.stages import prepare
+
+        key = json.dumps([experiment.model.model_dump(mode="json"), experiment.target.model_dump(mode="json"),
+                          experiment.seed], sort_keys=True)
+        if key not in self.prepared_models:
+            self.prepared_models[key] = prepare(experiment, Path(self.setup.base_dir))
+        return self.prepared_models[key]
+
+    def optimized_module(self, experiment: Experiment, config: dict):
+        """The variant's pipeline run on its prepared model (stages.Optimized), from the last few this process ran."""
+        from workbench.stages import optimize
 
         if self.plugin_error:
             raise UserError(self.plugin_error)
         key = ir_key(config)
         if key not in self.optimized:
-            base_dir = Path(self.setup.base_dir)
-            model = json.dumps(experiment.model.model_dump(mode="json"), sort_keys=True)
-            if model not in self.imported:
-                source = resolve_source(experiment.model.source, base_dir, experiment.model.cache_dir)
-                self.imported[model] = import_to_relax(canonicalize(source, input_specs(experiment.model, base_dir)))
-            self.optimized[key] = run_pipeline(self.imported[model], experiment.pipeline, make_target(experiment.target))
+            self.optimized[key] = optimize(self.prepared(experiment), experiment.pipeline)
             while len(self.optimized) > 8:  # bound the memory: drop the oldest
                 self.optimized.pop(next(iter(self.optimized)))
         return self.optimized[key]
@@ -99,19 +99,13 @@ class VariantRunner:
 
         from rich.console import Console
 
-        from workbench import experiment as experiment_module
+        from workbench.experiment import run_experiment
 
         if len(self.builds) > 32:  # bound the memory a long sweep's worker holds in compiled modules
             self.builds.clear()
-        original = experiment_module.run_pipeline
-        cached = self.optimized_module(experiment, config)  # usually run already, by this worker's hash task
-        experiment_module.run_pipeline = lambda *_a, **_k: cached
-        try:
-            result = experiment_module.run_experiment(experiment, Path(self.setup.base_dir),
-                                                      console=Console(file=io.StringIO()), store=False,
-                                                      builds=self.builds)
-        finally:
-            experiment_module.run_pipeline = original
+        optimized = self.optimized_module(experiment, config)  # usually run already, by this worker's hash task
+        result = run_experiment(experiment, Path(self.setup.base_dir), console=Console(file=io.StringIO()), store=False,
+                                builds=self.builds, prepared=self.prepared(experiment), optimized=optimized)
         return {"result": result, "median_ms": result["measurements"]["workbench"].get("median_ms")}
 
 

@@ -11,25 +11,16 @@ import tvm
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from workbench.config import Experiment, TuningConfig
-from workbench.models.inputs import canonical_model
-from workbench.models.importer import import_to_relax
-from workbench.passes.pipeline import run_pipeline
 from workbench.compile.databases import tuning_folder
 from workbench.compile.targets import make_target
 from workbench.compile.tune import TaskResult, extract_tasks, tune_tasks, tuning_module
+from workbench.config import Experiment, TuningConfig
+from workbench.stages import optimized_module
 
 
 def tuning_config(experiment: Experiment) -> TuningConfig:
     """The experiment's `tuning:` section, or the defaults when it has none (`workbench tune` still works)."""
     return experiment.tuning or TuningConfig()
-
-
-def optimized_module(experiment: Experiment, base_dir: Path, target: tvm.target.Target) -> tvm.IRModule:
-    """The model as the workbench build sees it: canonical ONNX, imported, the configured pipeline run."""
-    imported = import_to_relax(canonical_model(experiment.model, base_dir))
-    optimized, _records = run_pipeline(imported, experiment.pipeline, target, stats=False)
-    return optimized
 
 
 def _best(result: TaskResult) -> str:

@@ -12,57 +12,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import onnx
 
-from workbench.compile.build import build_lowered
-from workbench.compile.targets import GENERIC_CPU, make_target
+from workbench.compile.targets import GENERIC_CPU
 from workbench.config import WORKBENCH_LABEL, Experiment
 from workbench.errors import BaselineUnavailable, UserError
-from workbench.models.accuracy import compare
-from workbench.models.inputs import canonical_model, make_inputs
 from workbench.measure.iree import iree_runner
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
-from workbench.runtime.threads import target_threads
 from workbench.measure.timing import interleaved_medians
-from workbench.models.importer import import_to_relax
-from workbench.passes.pipeline import run_pipeline
+from workbench.models.accuracy import compare
+from workbench.record.corpus_table import Row
+from workbench.runtime.threads import target_threads
+from workbench.stages import build, optimize, prepare
 
 REFERENCE = "ort_none"
 COMPARED = ("ort_all", "iree")  # the baselines this bench can time beside the workbench build
 REASON_CHARS = 200
-
-
-@dataclass
-class Row:
-    """What one model's run produced: medians by label, the workbench's accuracy, and why anything is missing."""
-
-    name: str
-    rtol: float  # the tolerance the workbench's outputs were checked with
-    atol: float
-    medians_ms: dict[str, float] = field(default_factory=dict)
-    unavailable: dict[str, str] = field(default_factory=dict)  # baseline label -> why it was not measured
-    accuracy: dict | None = None  # workbench vs ort_none (measure.accuracy.compare)
-    kernels: int | None = None
-    failure: str | None = None  # "stage: reason" where the workbench's path stopped
-    mismatch: str | None = None  # why the workbench's outputs do not count as ONNX Runtime's
-
-    @property
-    def status(self) -> Literal["ok", "mismatch", "failed"]:
-        return "failed" if self.failure else "mismatch" if self.mismatch else "ok"
-
-    @property
-    def reason(self) -> str | None:
-        return self.failure or self.mismatch
-
-    def ratio(self, label: str) -> float | None:
-        """label median / workbench median (> 1: the workbench is faster); None where either was not timed."""
-        ours, theirs = self.medians_ms.get(WORKBENCH_LABEL), self.medians_ms.get(label)
-        return theirs / ours if ours and theirs else None
 
 
 def one_line(exc: BaseException) -> str:
@@ -122,16 +91,13 @@ def bench(experiment: Experiment, baselines: list[str], work_dir: Path, repeat: 
     tolerance = experiment.accuracy
     row, stage = Row(experiment.name, tolerance.rtol, tolerance.atol), _Stages(experiment.name, log)
     try:
-        with stage("load"):
-            target = make_target(experiment.target)
-            model = canonical_model(experiment.model, Path.cwd())
-            inputs = make_inputs(model, experiment.model, experiment.seed, Path.cwd())
-        with stage("import"):
-            imported = import_to_relax(model)
+        with stage("load"):  # and import: prepare() does both
+            prepared = prepare(experiment, Path.cwd())
+            target, model, inputs = prepared.target, prepared.canonical, prepared.inputs
         with stage("pipeline", f"{len(experiment.pipeline)} passes"):
-            optimized, _ = run_pipeline(imported, experiment.pipeline, target, stats=False)
+            optimized = optimize(prepared, experiment.pipeline, stats=False)
         with stage("build"):
-            built = build_lowered(optimized, target)
+            built = build(optimized, target)
             row.kernels = built.kernels
         with stage("run"):
             workbench = tvm_runner(WORKBENCH_LABEL, built, inputs, target)

@@ -1,0 +1,71 @@
+"""The stages of one run, each a function from one typed object to the next:
+
+    Experiment ─ prepare() ─► Prepared ─ optimize() ─► Optimized ─ build() ─► Built (compile/build.py)
+
+`workbench run` (experiment.py) measures what they make; `workbench tune` (stages/tuning.py), the sweep's workers,
+the corpus benchmark (stages/side_by_side.py) and the scripts call the same functions, so a model reaches every
+one of them the same way: canonicalized, imported, the pipeline run under the target. A caller that already has
+a stage's result (the sweep keeps the optimized modules it hashed) passes it on instead of running it again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import tvm
+
+from workbench.compile.build import Built, build_lowered
+from workbench.compile.targets import make_target
+from workbench.config import Experiment
+from workbench.config.pipeline_spec import PassSpec
+from workbench.models.importer import import_to_relax
+from workbench.models.inputs import canonical_model, make_inputs
+from workbench.passes.pipeline import PassRecord, run_pipeline
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An experiment's model, ready for a pipeline: canonical ONNX, seeded inputs, the Relax import. It does not
+    hold the pipeline: one prepared model serves every pipeline of a sweep."""
+
+    target: tvm.target.Target
+    canonical: onnx.ModelProto
+    inputs: dict[str, np.ndarray]
+    imported: tvm.IRModule
+
+
+@dataclass(frozen=True)
+class Optimized:
+    """The imported model after the experiment's pipeline, with one record per pass."""
+
+    module: tvm.IRModule
+    records: list[PassRecord]
+
+
+def prepare(experiment: Experiment, base_dir: Path, target: tvm.target.Target | None = None) -> Prepared:
+    """Load the model (paths relative to `base_dir`), freeze and fold it, draw its inputs, import it to Relax."""
+    target = target if target is not None else make_target(experiment.target)
+    canonical = canonical_model(experiment.model, base_dir)
+    inputs = make_inputs(canonical, experiment.model, experiment.seed, base_dir)
+    return Prepared(target, canonical, inputs, import_to_relax(canonical))
+
+
+def optimize(prepared: Prepared, pipeline: list[PassSpec], dump_dir: Path | None = None,
+             stats: bool = True) -> Optimized:
+    """Run `pipeline` on the imported model (`stats`: kernels and planned bytes after each pass)."""
+    module, records = run_pipeline(prepared.imported, pipeline, prepared.target, dump_dir, stats)
+    return Optimized(module, records)
+
+
+def build(optimized: Optimized, target: tvm.target.Target, database=None, layout_rewrite: bool = False) -> Built:
+    """The workbench build of the optimized module (with `database`'s tuned schedules where it has them)."""
+    return build_lowered(optimized.module, target, database, layout_rewrite)
+
+
+def optimized_module(experiment: Experiment, base_dir: Path, target: tvm.target.Target) -> tvm.IRModule:
+    """The experiment's model as its workbench build sees it (prepared, its pipeline run without per-pass
+    figures): what tuning extracts its tasks from."""
+    return optimize(prepare(experiment, base_dir, target), experiment.pipeline, stats=False).module
