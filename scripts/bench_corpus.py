@@ -26,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 
 from workbench.compile.targets import host_cpu, make_target, target_key
-from workbench.config import WORKBENCH_LABEL
+from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import UserError
 from workbench.record.corpus_table import Row
 from workbench.stages.side_by_side import COMPARED, bench

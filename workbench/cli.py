@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from workbench.config.baselines import baselines_help
 from workbench.errors import ReferenceFailed, UserError
 
 if TYPE_CHECKING:  # the config module is imported by the verbs that need it, not at start-up
@@ -159,7 +160,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks for every error")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
-    run = verbs.add_parser("run", help="run one experiment: import, pipeline, build, measure vs baselines")
+    run = verbs.add_parser("run", help="run one experiment: import, pipeline, build, measure vs baselines",
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           epilog="baselines (`baselines:` in the config):\n" + baselines_help())
     run.add_argument("config", help="experiment YAML file")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     run.add_argument("--pipeline", metavar="TEXT", help="pipeline as one line, e.g. 'default' or 'fold_constant,fuse,dce'")

@@ -30,7 +30,8 @@ from workbench.compile.databases import applied_database
 from workbench.compile.targets import (GENERIC_CPU, describe, device_for, is_cuda, make_target, resolved,
                                       target_key)
 from workbench.config import pipeline_spec
-from workbench.config import WORKBENCH_LABEL, Experiment
+from workbench.config import Experiment
+from workbench.config.baselines import BASELINES, WORKBENCH_LABEL, runs_on_tvm
 from workbench.errors import BaselineUnavailable, ReferenceFailed, UserError
 from workbench.measure.iree import iree_runner, iree_version
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
@@ -62,7 +63,7 @@ def provenance(experiment: Experiment) -> dict:
     }
 
 
-TVM_LABELS = (WORKBENCH_LABEL, "tvm_default", "tvm_unoptimized")
+TVM_RECIPES = {"tvm_default": build_tvm_default, "tvm_unoptimized": build_lowered}  # the TVM baselines' builds
 
 
 def _cached(builds: dict | None, recipe, mod, target):
@@ -99,7 +100,7 @@ def _workbench_build(optimized, target, library: Path, builds: dict | None, data
 
 def _tvm_build(label: str, imported, target, builds: dict | None) -> Built:
     """Build one baseline TVM recipe (the workbench build is made before measuring starts)."""
-    return _cached(builds, build_tvm_default if label == "tvm_default" else build_lowered, imported, target)
+    return _cached(builds, TVM_RECIPES[label], imported, target)
 
 
 @dataclass
@@ -171,7 +172,7 @@ def _runner(label: str, built: Built | None, canonical: onnx.ModelProto, inputs:
             library = built.export(out_dir / f"{label}.so") if place.session is not None else None
         return tvm_runner(label, built, inputs, target, place.session, library)
     threads = target_threads(target)
-    if label == "iree":
+    if BASELINES[label].runtime == "iree":
         return iree_runner(canonical, inputs, out_dir, target.kind.name, arch=target.attrs.get("arch"),
                            cpu=target.attrs.get("mcpu", GENERIC_CPU), threads=threads)
     optimized = out_dir / "ort_all.optimized.onnx" if label == "ort_all" else None
@@ -283,7 +284,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         with step(console, f"Measuring {label} ({protocol.repeat} repeats)"):
             try:
                 tvm_build = (built if label == WORKBENCH_LABEL else _tvm_build(label, imported, target, builds)) \
-                    if label in TVM_LABELS else None
+                    if runs_on_tvm(label) else None
                 if tvm_build is not None:
                     result["kernels"][label] = tvm_build.kernels
                     if is_cuda(target):

@@ -16,15 +16,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
 
 from workbench.config import pipeline_spec
-from workbench.errors import YAML_ERRORS, UserError
+from workbench.config.baselines import DEFAULT_BASELINES, WORKBENCH_LABEL, BaselineName
 from workbench.config.named_pipelines import expand
 from workbench.config.pipeline_spec import PassSpec
+from workbench.errors import YAML_ERRORS, UserError
 
-BASELINES = ("ort_all", "ort_none", "tvm_default", "tvm_unoptimized")  # the default list
-# `iree` needs an extra (pip install -e '.[iree]') and `ort_int8` (ONNX Runtime's static INT8 quantization,
-# calibrated on the `quantize` pass's inputs) a calibration run, so they are measured only when listed by name.
-BaselineName = Literal["ort_all", "ort_none", "tvm_default", "tvm_unoptimized", "iree", "ort_int8"]
-WORKBENCH_LABEL = "workbench"
+RESULTS_STORE = "results.sqlite"  # a run folder's parent keeps the SQLite store of its runs (a sweep: its output)
+
 
 
 class Strict(BaseModel):
@@ -176,7 +174,8 @@ class Experiment(Strict):
     model: ModelConfig
     target: TargetConfig = Field(default_factory=TargetConfig)
     pipeline: list[PassSpec] = Field(default_factory=list, description="ordered passes and named pipelines (default, core); YAML list or one-line text")
-    baselines: list[BaselineName] = Field(default_factory=lambda: list(BASELINES))
+    baselines: list[BaselineName] = Field(default_factory=lambda: list(DEFAULT_BASELINES),
+                                          description="measured beside the workbench build (config/baselines.py)")
     measure: MeasureConfig = Field(default_factory=MeasureConfig)
     accuracy: AccuracyConfig = Field(default_factory=AccuracyConfig)
     tuning: TuningConfig | None = Field(default=None, description="apply (and optionally tune) a schedule database")
@@ -228,7 +227,7 @@ class Experiment(Strict):
         return base_dir / (configured or Path("schedules") / self.name)
 
     def results_path(self, base_dir: Path) -> Path:
-        return base_dir / self.results if self.results else self.output_dir(base_dir).parent / "results.sqlite"
+        return base_dir / self.results if self.results else self.output_dir(base_dir).parent / RESULTS_STORE
 
     def config_hash(self) -> str:
         """A stable hash of the validated config (same experiment, same hash)."""

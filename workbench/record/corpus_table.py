@@ -18,7 +18,7 @@ from pathlib import Path
 from matplotlib.figure import Figure  # a bare Figure renders with Agg, with no pyplot state or GUI backend
 
 from workbench.atomic import atomic_write_bytes, atomic_write_text
-from workbench.config import WORKBENCH_LABEL
+from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.models.corpus import CorpusEntry
 from workbench.record.report import markdown_table
 

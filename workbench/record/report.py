@@ -14,8 +14,8 @@ from matplotlib.figure import Figure  # a bare Figure renders with Agg, with no 
 from rich.table import Table
 
 from workbench.atomic import atomic_write_bytes, atomic_write_text
+from workbench.config.baselines import WORKBENCH_LABEL
 
-WORKBENCH = "workbench"
 COLUMNS = ("label", "median ms", "p90 ms", "workbench speedup vs this", "kernels", "max abs err", "accuracy", "note")
 PASS_COLUMNS = ("pass", "seconds", "ops before → after", "changes")
 CUDA_COLUMNS = ("label", "kernels (PTX)", "launches / inference", "intermediate MB", "max threads/block",
@@ -24,7 +24,7 @@ KERNEL_COLUMNS = ("kernel", "threads/block", "registers", "smem bytes")
 PROFILE_COLUMNS = ("#", "workbench kernel", "µs", "share", "ort_all node", "µs ", "share ")
 def profile_note(result: dict) -> str:
     """The profile table's caption; it gives the instrument cost taken off each workbench call."""
-    ours = result["profile"].get(WORKBENCH) or {}
+    ours = result["profile"].get(WORKBENCH_LABEL) or {}
     less = f", less the instrument's own {ours['instrument_us']:.1f} µs per call" if ours.get("instrument_us") else ""
     return ("mean time per inference of each kernel (workbench: timed around each VM call" + less +
             "; ort_all: ONNX Runtime's node trace), largest first; share: of the kernels' summed time")
@@ -35,9 +35,9 @@ def summary_rows(result: dict) -> list[dict]:
     """One row per label, workbench first then the baselines in measured order: latency, the
     workbench's speedup vs that label (label median / workbench median), kernels, accuracy, note."""
     measurements = result["measurements"]
-    ours = (measurements.get(WORKBENCH) or {}).get("median_ms")
+    ours = (measurements.get(WORKBENCH_LABEL) or {}).get("median_ms")
     rows = []
-    for label in sorted(measurements, key=lambda name: name != WORKBENCH):  # stable: baselines keep their order
+    for label in sorted(measurements, key=lambda name: name != WORKBENCH_LABEL):  # stable: baselines keep their order
         figures = measurements[label] or {}
         accuracy = (result.get("accuracy") or {}).get(label) or {}
         median = figures.get("median_ms")
@@ -49,7 +49,7 @@ def summary_rows(result: dict) -> list[dict]:
             "ok": accuracy.get("ok"),
             "reference": label == result.get("reference"),
             "note": figures.get("note") or accuracy.get("note")
-                    or (tuning_note(result["tuning"]) if label == WORKBENCH and result.get("tuning") else None),
+                    or (tuning_note(result["tuning"]) if label == WORKBENCH_LABEL and result.get("tuning") else None),
         })
     return rows
 
@@ -129,7 +129,7 @@ def cuda_table(result: dict) -> Table:
     for column in CUDA_COLUMNS:
         table.add_column(column, justify="left" if column == "label" else "right")
     for label, report in result["cuda"].items():
-        table.add_row(*_cuda_cells(label, report), style="bold" if label == WORKBENCH else None)
+        table.add_row(*_cuda_cells(label, report), style="bold" if label == WORKBENCH_LABEL else None)
     return table
 
 
@@ -140,10 +140,10 @@ def _cuda_markdown(result: dict) -> str:
              markdown_table(CUDA_COLUMNS, [_cuda_cells(label, report) for label, report in reports.items()]),
              "*launches / inference: kernel calls one inference makes; intermediate MB: tensors one kernel writes "
              "for another (graph outputs excluded). Sources: `cuda/<label>.cu`, `cuda/<label>.ptx`.*"]
-    if WORKBENCH in reports:
+    if WORKBENCH_LABEL in reports:
         parts += ["### workbench kernels", markdown_table(KERNEL_COLUMNS, [
             [name, _number(k["threads_per_block"], "d"), _number(k["registers"], "d"), _number(k["shared_bytes"], "d")]
-            for name, k in reports[WORKBENCH]["per_kernel"].items()])]
+            for name, k in reports[WORKBENCH_LABEL]["per_kernel"].items()])]
     return "\n\n".join(parts)
 
 
@@ -162,7 +162,7 @@ def _profile_side(profile: dict | None, rows: int) -> list[list[str]]:
 def profile_rows(result: dict) -> list[list[str]]:
     """The workbench's top kernels beside ort_all's top nodes, row by row (rank, then each side's cells)."""
     sides = result["profile"]
-    ours, theirs = sides.get(WORKBENCH), sides.get("ort_all")
+    ours, theirs = sides.get(WORKBENCH_LABEL), sides.get("ort_all")
     length = max(len(side["kernels"]) + (1 if side["other"]["kernels"] else 0) + 1 for side in (ours, theirs) if side)
     left, right = _profile_side(ours, length), _profile_side(theirs, length)
     return [[str(i + 1) if i < length - 1 else "", *a, *b] for i, (a, b) in enumerate(zip(left, right))]
@@ -183,7 +183,7 @@ def summary_table(result: dict) -> Table:
     for column in COLUMNS:
         table.add_column(column, justify="left" if column in ("label", "accuracy", "note") else "right")
     for row in summary_rows(result):
-        table.add_row(*_cells(row), style="bold" if row["label"] == WORKBENCH else None)
+        table.add_row(*_cells(row), style="bold" if row["label"] == WORKBENCH_LABEL else None)
     return table
 
 
@@ -239,7 +239,7 @@ def latency_figure(result: dict) -> Figure:
     fig = Figure(figsize=(7.5, 0.55 * max(len(shown), 1) + 1.8))
     ax = fig.subplots()
     whiskers = [[0] * len(shown), [max((row["p90_ms"] or row["median_ms"]) - row["median_ms"], 0) for row in shown]]
-    colors = ["tab:orange" if row["label"] == WORKBENCH else "tab:blue" for row in shown]
+    colors = ["tab:orange" if row["label"] == WORKBENCH_LABEL else "tab:blue" for row in shown]
     ax.barh([row["label"] for row in shown], medians, xerr=whiskers, color=colors, capsize=3)
     ax.invert_yaxis()
     if log_scale:

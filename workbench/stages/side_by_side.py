@@ -19,7 +19,8 @@ import numpy as np
 import onnx
 
 from workbench.compile.targets import GENERIC_CPU
-from workbench.config import WORKBENCH_LABEL, Experiment
+from workbench.config import Experiment
+from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import BaselineUnavailable, UserError
 from workbench.measure.iree import iree_runner
 from workbench.measure.runners import Runner, ort_runner, tvm_runner

@@ -22,19 +22,19 @@ import numpy as np  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from workbench.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
+from workbench.config import RESULTS_STORE  # noqa: E402
+from workbench.config.baselines import WORKBENCH_LABEL  # noqa: E402
 from workbench.errors import UserError  # noqa: E402
+from workbench.sweep.spec import SWEEP_MARKER  # noqa: E402
 
-WORKBENCH = "workbench"
-STORE_NAME = "results.sqlite"
-MARKER = "sweep.json"
 
 
 def _load(folder: Path) -> tuple[dict, list[dict], dict[int, dict]]:
     folder = Path(folder)
-    if not (folder / MARKER).is_file() or not (folder / STORE_NAME).is_file():
-        raise UserError(f"{folder}: not a sweep output folder (expected {MARKER} and {STORE_NAME})")
-    meta = json.loads((folder / MARKER).read_text())
-    db = sqlite3.connect(folder / STORE_NAME, timeout=60)
+    if not (folder / SWEEP_MARKER).is_file() or not (folder / RESULTS_STORE).is_file():
+        raise UserError(f"{folder}: not a sweep output folder (expected {SWEEP_MARKER} and {RESULTS_STORE})")
+    meta = json.loads((folder / SWEEP_MARKER).read_text())
+    db = sqlite3.connect(folder / RESULTS_STORE, timeout=60)
     db.row_factory = sqlite3.Row
     try:
         variants = [dict(r) for r in db.execute("SELECT * FROM sweep_variants ORDER BY position")]
@@ -66,7 +66,7 @@ def ranked_rows(folder: Path) -> tuple[list[dict], list[dict], dict]:
     rows = []
     for class_id, members in classes.items():
         runs = {m["run_id"]: results[m["run_id"]] for m in members}
-        ours = [r["measurements"][WORKBENCH] for r in runs.values()]
+        ours = [r["measurements"][WORKBENCH_LABEL] for r in runs.values()]
         medians = [m["median_ms"] for m in ours if m.get("median_ms")]
         if not medians:
             continue
@@ -78,9 +78,9 @@ def ranked_rows(folder: Path) -> tuple[list[dict], list[dict], dict]:
         speedups = defaultdict(list)
         for r in runs.values():
             for label, m in r["measurements"].items():
-                if label != WORKBENCH and m.get("median_ms"):
-                    speedups[label].append(m["median_ms"] / r["measurements"][WORKBENCH]["median_ms"])
-        accuracy = [r.get("accuracy", {}).get(WORKBENCH, {}).get("ok") for r in runs.values()]
+                if label != WORKBENCH_LABEL and m.get("median_ms"):
+                    speedups[label].append(m["median_ms"] / r["measurements"][WORKBENCH_LABEL]["median_ms"])
+        accuracy = [r.get("accuracy", {}).get(WORKBENCH_LABEL, {}).get("ok") for r in runs.values()]
         distinct = sorted({m["pipeline_text"] for m in members}, key=lambda t: min(
             x["position"] for x in members if x["pipeline_text"] == t))
         first = results[members[0]["run_id"]]
@@ -89,7 +89,7 @@ def ranked_rows(folder: Path) -> tuple[list[dict], list[dict], dict]:
             "members": sorted({m["id"] for m in members}), "grid": json.loads(members[0]["grid_json"] or "{}"),
             "repeats": len(runs), "median_ms": median, "ci_low": float(low), "ci_high": float(high),
             "speedup": {label: float(np.median(vals)) for label, vals in sorted(speedups.items())},
-            "kernels": first.get("kernels", {}).get(WORKBENCH),
+            "kernels": first.get("kernels", {}).get(WORKBENCH_LABEL),
             "accuracy_ok": None if None in accuracy else all(accuracy),
             "structural_hash": members[0]["structural_hash"],
             "passes": [p["name"] for p in first.get("passes", [])],
@@ -297,7 +297,7 @@ def write_csv(folder: Path, rows: list[dict], failed: list[dict]) -> tuple[Path,
     ranked = atomic_write_text(folder / "variants.csv", buffer.getvalue())
     meta, variants, _ = _load(folder)
     run_ids = sorted({v["run_id"] for v in variants if v["run_id"] is not None})
-    with ResultsStore(folder / STORE_NAME) as store:
+    with ResultsStore(folder / RESULTS_STORE) as store:
         every = store.export_csv(folder / "all_rows.csv", run_ids)
     return ranked, every
 

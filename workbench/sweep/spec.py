@@ -31,13 +31,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, PositiveFloat, PositiveInt, Tag, ValidationError
 
-from workbench.config import Strict, TuningConfig, describe_error, apply_override, read_yaml, validate
+from workbench.config import (RESULTS_STORE, Strict, TuningConfig, apply_override, describe_error, read_yaml,
+                              validate)
 from workbench.errors import UserError
 from workbench.config import pipeline_spec
 from workbench.config.pipeline_spec import PassSpec
 
 SWEEP_MARKER = "sweep.json"
-STORE_NAME = "results.sqlite"
 DATABASE_DEFAULT = "schedules"  # a tuned sweep's database root inside its output folder, unless configured
 
 
@@ -144,7 +144,7 @@ class Sweep:
 
     @property
     def store_path(self) -> Path:
-        return self.output / STORE_NAME
+        return self.output / RESULTS_STORE
 
     @property
     def search(self) -> Search | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import Experiment, validate
+from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import UserError
 from workbench.runtime.threads import TVM_THREADS_ENV, cpu_threads
 from workbench.sweep.spec import Sweep, ir_key
@@ -106,7 +107,7 @@ class VariantRunner:
         optimized = self.optimized_module(experiment, config)  # usually run already, by this worker's hash task
         result = run_experiment(experiment, Path(self.setup.base_dir), console=Console(file=io.StringIO()), store=False,
                                 builds=self.builds, prepared=self.prepared(experiment), optimized=optimized)
-        return {"result": result, "median_ms": result["measurements"]["workbench"].get("median_ms")}
+        return {"result": result, "median_ms": result["measurements"][WORKBENCH_LABEL].get("median_ms")}
 
 
 _RUNNER: VariantRunner | None = None

@@ -1,0 +1,49 @@
+"""The baselines a run measures beside the workbench build, registered once: the runtime that makes each, what it
+is, whether the default `baselines:` list has it, and what it needs. The config schema (`BaselineName`, the
+default list), `workbench run --help` and the docs derive from here; measure/baselines.py says how each runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+WORKBENCH_LABEL = "workbench"  # the workbench build's label in every table, result and store row
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str
+    runtime: Literal["tvm", "onnxruntime", "iree"]
+    doc: str
+    default: bool = False  # in the `baselines:` list a config gets when it names none
+    selectable: bool = True  # False: added by the run itself where it applies (ort_cuda on a cuda target)
+
+
+BASELINES: dict[str, Baseline] = {b.name: b for b in (
+    Baseline("ort_all", "onnxruntime", "ONNX Runtime with all graph optimizations (keeps ort_all.optimized.onnx)",
+             default=True),
+    Baseline("ort_none", "onnxruntime", "ONNX Runtime without graph optimizations: the default accuracy reference",
+             default=True),
+    Baseline("tvm_default", "tvm", "TVM's own default Relax pipeline for the target", default=True),
+    Baseline("tvm_unoptimized", "tvm", "legalize only, then the workbench build's lowering: what the pipeline adds",
+             default=True),
+    Baseline("iree", "iree", "IREE compiled for the target (needs the iree extra: pip install -e '.[iree]')"),
+    Baseline("ort_int8", "onnxruntime", "ONNX Runtime's static INT8 quantization, calibrated on the quantize step's "
+             "inputs (kept as ort_int8.onnx)"),
+    Baseline("ort_cuda", "onnxruntime", "ONNX Runtime's CUDA execution provider, measured on every cuda target",
+             selectable=False),
+)}
+DEFAULT_BASELINES = tuple(name for name, b in BASELINES.items() if b.default)
+BaselineName = Literal[tuple(name for name, b in BASELINES.items() if b.selectable)]  # type: ignore[valid-type]
+
+
+def runs_on_tvm(label: str) -> bool:
+    """Whether `label` is a TVM build (the workbench's own or a TVM baseline), measured where TVM builds run."""
+    return label == WORKBENCH_LABEL or (label in BASELINES and BASELINES[label].runtime == "tvm")
+
+
+def baselines_help() -> str:
+    """One line per selectable baseline, for --help."""
+    return "\n".join(f"  {b.name:<16} {b.doc}{' (default)' if b.default else ''}"
+                     for b in BASELINES.values() if b.selectable)
