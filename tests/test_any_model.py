@@ -10,7 +10,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.build import build_lowered
 from workbench.compile.targets import make_target
-from workbench.compile.tune import extract_tasks, tuning_module
+from workbench.compile.tasks import extract_tasks, tuning_module
 from workbench.config import TargetConfig, validate
 from workbench.measure.runners import ort_runner, tvm_runner
 from workbench.models import zoo

@@ -14,7 +14,7 @@ import pytest
 from workbench.compile.databases import TARGET_FILE, choose_database
 from workbench.compile.targets import make_target
 from workbench.compile.databases import open_database
-from workbench.compile.tune import extract_tasks, plan, tuning_module
+from workbench.compile.tasks import extract_tasks, plan, tuning_module
 from workbench.stages import optimized_module
 from workbench.config import load_experiment
 

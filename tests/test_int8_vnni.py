@@ -13,7 +13,9 @@ from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.build import build_lowered
 from workbench.compile.targets import make_target
-from workbench.compile.tune import extract_tasks, tune_context, tune_tasks, tuning_module
+from workbench.compile.design_spaces import tune_context
+from workbench.compile.tasks import extract_tasks, tuning_module
+from workbench.compile.tune import tune_tasks
 from workbench.config import TargetConfig, TuningConfig
 from workbench.measure.runners import tvm_runner
 from workbench.models import zoo

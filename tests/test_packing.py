@@ -10,7 +10,8 @@ from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.build import build_lowered
 from workbench.kernels.default_schedule import default_schedule
-from workbench.compile.tune import extract_tasks, tune_tasks, tuning_module
+from workbench.compile.tasks import extract_tasks, tuning_module
+from workbench.compile.tune import tune_tasks
 from workbench.compile.targets import cpu_features, make_target
 from workbench.config import TargetConfig, TuningConfig
 from workbench.measure.runners import ort_runner, tvm_runner

@@ -30,9 +30,10 @@ from workbench.config import TargetConfig, TuningConfig, load_experiment
 from workbench.errors import UserError
 from workbench.passes.pipeline import run_pipeline
 from workbench.compile.databases import open_database
-from workbench.compile.tune import (MS_LOGGER, XGB_WARMUP_SAMPLES, TaskResult, extract_tasks, hottest, make_builder,
-                                    make_cost_model, make_runner, plan, tune_context, tune_tasks,
-                                    tuning_module, tuning_target)
+from workbench.compile.design_spaces import tune_context
+from workbench.compile.tasks import TaskResult, extract_tasks, plan, tuning_module, tuning_target
+from workbench.compile.tune import (MS_LOGGER, XGB_WARMUP_SAMPLES, hottest, make_builder, make_cost_model, make_runner,
+                                    tune_tasks)
 
 HOST_KEY = target_key(make_target(TargetConfig()))  # llvm-<this machine's CPU>
 TUNED_TRIALS = 9  # the default schedule's record, then one batch of 8 searched

@@ -20,7 +20,8 @@ from workbench.compile.build import legalized
 from workbench.compile.databases import RECORDS_FILE
 from workbench.kernels.default_schedule import default_schedule
 from workbench.compile.targets import make_target
-from workbench.compile.tune import extract_tasks, tune_tasks, tuning_module
+from workbench.compile.tasks import extract_tasks, tuning_module
+from workbench.compile.tune import tune_tasks
 from workbench.compile.verify import (agrees, positive_params, random_args, reject_wrong_best, run_kernel,
                                       untuned_reference)
 from workbench.config import TargetConfig, TuningConfig

@@ -1,7 +1,7 @@
 """The schedule each CPU kernel no database covered gets: packed convs their fixed register-blocked schedule
 (packed_schedule.py), elementwise ops and one-input reductions inlined, parallel and vectorized
 (loop_schedule.py); contractions keep plain loops. Tuning measures the same schedule as each task's first
-record (tune.py), so a tuned build starts from what an untuned one runs."""
+record (compile/design_spaces.py), so a tuned build starts from what an untuned one runs."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ vectors without AVX-512). Rows x channel blocks run in parallel, and the fused e
 requantization) is computed per 8 pixels, vectorized. Measured on convnet_small (rocketlake): int8 0.24 ms
 against 0.21 ms after 16 tuned trials per kernel; fp32 0.42 ms against 17.5 ms for the untuned relax conv2d
 build (and 1.25 ms after 16 trials of MetaSchedule's own search; tuning now measures this schedule first, see
-tune.py).
+compile/design_spaces.py).
 """
 
 from __future__ import annotations

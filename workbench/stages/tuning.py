@@ -13,7 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from workbench.compile.databases import tuning_folder
 from workbench.compile.targets import make_target
-from workbench.compile.tune import TaskResult, extract_tasks, tune_tasks, tuning_module
+from workbench.compile.tasks import TaskResult, extract_tasks, tuning_module
+from workbench.compile.tune import tune_tasks
 from workbench.config import Experiment, TuningConfig
 from workbench.stages import optimized_module
 

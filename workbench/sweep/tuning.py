@@ -42,7 +42,7 @@ def union_of_tasks(runner: VariantRunner, classes: dict[str, dict], layout_rewri
     from tvm.s_tir import meta_schedule as ms
 
     from workbench.compile.targets import make_target, target_key
-    from workbench.compile.tune import extract_tasks, task_cost, tuning_module
+    from workbench.compile.tasks import extract_tasks, task_cost, tuning_module
 
     union: dict[str, dict[str, Any]] = {}
     targets: dict[str, Any] = {}

@@ -1,0 +1,120 @@
+"""Where MetaSchedule's search starts for each task: its design space (schedule rules, postprocessors, mutators)
+and the workbench's own schedule as its first candidate.
+
+- Importing `tvm.s_tir.tensor_intrin` costs ~50 s here (it parses every tensor intrinsic); MetaSchedule does it in
+  every TuneContext. Kernels without low-precision buffers get the plain rules of their target kind (llvm, cuda)
+  instead of the VNNI/AVX-512 or tensor-core ones MetaSchedule picks for CPUs and GPUs that have them, so their
+  contexts need no import. The int8 path's u8 x s8 kernels on a VNNI CPU get those llvm rules plus a tiling that
+  tensorizes with the workbench's own VNNI dot product (`vnni_space`), again without the import.
+- A kernel the workbench schedules itself when untuned (kernels/default_schedule.py: a packed conv, an elementwise
+  op) is first measured with that schedule, committed as its first record, so the search starts from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import tvm
+from tvm.s_tir import meta_schedule as ms
+
+from workbench.kernels.default_schedule import default_schedule
+from workbench.kernels.packed_conv import vnni_target
+from workbench.kernels.x86_int8 import VNNI_DOT_16x4
+
+
+def _low_precision(task: ms.ExtractedTask) -> bool:
+    """Does the kernel read or write fp16/bf16/int8 buffers (the only ones tensor cores would take)?"""
+    text = task.dispatched[0].script()  # PrimFunc exposes no buffer map in 0.27; dtypes appear quoted
+    return any(f'"{dtype}"' in text for dtype in ("float16", "bfloat16", "int8", "uint8"))
+
+
+def _vnni_kernel(task: ms.ExtractedTask) -> bool:
+    """A u8 x s8 kernel (the int8 path's, kernels/packed_conv.py) on an x86 CPU with AVX-512 VNNI."""
+    text = task.dispatched[0].script()
+    return '"uint8"' in text and '"int8"' in text and vnni_target(task.target)
+
+
+def vnni_space() -> ms.space_generator.PostOrderApply:
+    """MetaSchedule's own VNNI rules (its "vnni" kind: the llvm rules with a VNNI-tensorizing tiling first and
+    RewriteTensorize) with the workbench's dot product: TVM's `dot_16x4_vnni` fails LLVM verification
+    (kernels/x86_int8.py). The int8 path's VNNI conv kernel maps whole; a block the intrinsic cannot map (an NCHW
+    int8 conv, whose innermost input index is a spatial sum) falls through to the plain tiling."""
+    rules = list(ms.schedule_rule.ScheduleRule.create("llvm"))
+    tiling = next(i for i, rule in enumerate(rules) if isinstance(rule, ms.schedule_rule.MultiLevelTiling))
+    rules.insert(tiling, ms.schedule_rule.MultiLevelTilingWithIntrin(
+        VNNI_DOT_16x4, structure="SSRSRS", max_innermost_factor=64,
+        reuse_write=ms.schedule_rule.ReuseType(req="may", levels=[1, 2], scope="global")))
+    postprocs = list(ms.postproc.Postproc.create("llvm"))
+    layout = next(i for i, post in enumerate(postprocs) if isinstance(post, ms.postproc.RewriteLayout))
+    postprocs.insert(layout, ms.postproc.RewriteTensorize(vectorize_init_loop=True))
+    return ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=postprocs, mutator_probs="llvm")
+
+
+def _space_generator(task: ms.ExtractedTask) -> ms.space_generator.SpaceGenerator | str:
+    """Kernels that cannot use tensor intrinsics (no fp16/bf16/int8 buffers) get the plain rules of their target
+    kind. MetaSchedule would pick tensor-core rules for CUDA sm_70+ and VNNI/AVX-512 rules for x86 CPUs that
+    have them: they help only low-precision kernels and need the ~50 s `tvm.s_tir.tensor_intrin` import.
+    u8 x s8 kernels on a VNNI CPU get `vnni_space` (the workbench's own intrinsic, no import)."""
+    kind = task.target.kind.name
+    if kind in ("cuda", "llvm") and not _low_precision(task):
+        return ms.space_generator.PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs=kind)
+    if _vnni_kernel(task):
+        return vnni_space()
+    return "post-order-apply"
+
+
+def _needs_tensor_intrinsics(task: ms.ExtractedTask) -> bool:
+    """Only MetaSchedule's target-default rules (low-precision kernels, other target kinds) may use them."""
+    return isinstance(_space_generator(task), str)
+
+
+@contextmanager
+def _tensor_intrinsics_if_needed(task: ms.ExtractedTask) -> Iterator[None]:
+    """Let TuneContext's `import tvm.s_tir.tensor_intrin` be a no-op when the task's rules use none."""
+    name = "tvm.s_tir.tensor_intrin"
+    if name in sys.modules or _needs_tensor_intrinsics(task):
+        yield
+        return
+    sys.modules[name] = types.ModuleType(name)
+    try:
+        yield
+    finally:
+        del sys.modules[name]
+
+
+def tune_context(task: ms.ExtractedTask, num_cores: int, search_strategy: ms.search_strategy.SearchStrategy | str,
+                 logger: logging.Logger | None = None, rand_state: int = -1) -> ms.TuneContext:
+    """A TuneContext for one task with MetaSchedule's default rules for its target (tensor_intrin only if used)."""
+    with _tensor_intrinsics_if_needed(task):
+        return ms.TuneContext(mod=task.dispatched[0], target=task.target, space_generator=_space_generator(task),
+                              search_strategy=search_strategy, task_name=task.task_name, logger=logger,
+                              rand_state=rand_state, num_threads=num_cores).clone()
+
+
+def measure_default_schedule(task: ms.ExtractedTask, target: tvm.target.Target, database: ms.database.Database,
+                             builder: ms.builder.Builder, runner: ms.runner.Runner) -> bool:
+    """Measure the schedule an untuned build gives the kernel (kernels/default_schedule.py) and commit it as the
+    task's first record, so the evolutionary search starts from it (it seeds its population with the database's
+    best) rather than from random tilings, and a tuned kernel is never slower than the untuned one. False for
+    kernels without one (contractions in plain loops), or if it failed to build or run."""
+    schedule = default_schedule(task.dispatched[0]["main"], target)
+    if schedule is None:
+        return False
+    (built,) = builder.build([ms.builder.BuilderInput(schedule.mod, target)])
+    args_info = ms.arg_info.ArgInfo.from_entry_func(schedule.mod)
+    device = "cpu" if target.kind.name == "llvm" else target.kind.name
+    ran = None if built.error_msg else runner.run([ms.runner.RunnerInput(built.artifact_path, device,
+                                                                         args_info)])[0].result()
+    if ran is None or ran.error_msg:
+        logging.getLogger("workbench.tuning").warning("%s: the default schedule failed to %s: %s", task.task_name,
+                                                      "build" if ran is None else "run",
+                                                      (built.error_msg or ran.error_msg).strip().splitlines()[-1])
+        return False
+    database.commit_tuning_record(ms.database.TuningRecord(
+        schedule.trace, database.commit_workload(task.dispatched[0]), [float(s) for s in ran.run_secs], target,
+        args_info))
+    return True
