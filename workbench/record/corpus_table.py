@@ -17,10 +17,10 @@ from pathlib import Path
 
 from matplotlib.figure import Figure  # a bare Figure renders with Agg, with no pyplot state or GUI backend
 
-from workbench.atomic import atomic_write_bytes, atomic_write_text
+from workbench.atomic import atomic_write_text
 from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.models.corpus import CorpusEntry
-from workbench.record.report import markdown_table
+from workbench.record.report import markdown_table, save_png
 
 
 @dataclass
@@ -183,9 +183,7 @@ def ratio_figure(rows: list[Row], setting: Setting) -> Figure:
 
 def write(rows: list[Row], entries: dict[str, CorpusEntry], setting: Setting, out_dir: Path, stem: str) -> list[Path]:
     """Write `<stem>.md`, `<stem>.csv` and `<stem>.png` into `out_dir` (atomically each); return their paths."""
-    buffer = io.BytesIO()
-    ratio_figure(rows, setting).savefig(buffer, format="png", dpi=120)
-    chart = atomic_write_bytes(out_dir / f"{stem}.png", buffer.getvalue())
+    chart = save_png(ratio_figure(rows, setting), out_dir / f"{stem}.png")
     table = atomic_write_text(out_dir / f"{stem}.csv", csv_text(rows, setting))
     report = atomic_write_text(out_dir / f"{stem}.md", markdown_text(rows, entries, setting, chart.name))
     return [report, table, chart]

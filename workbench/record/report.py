@@ -260,11 +260,17 @@ def latency_figure(result: dict) -> Figure:
     return fig
 
 
-def latency_chart(result: dict, path: Path) -> Path:
-    """`latency_figure` saved as a PNG, atomically (rendered to memory first); return the path."""
+def save_png(figure: Figure, path: Path, dpi: int = 120) -> Path:
+    """`figure` as a PNG at `path`, rendered to memory first and written atomically (a kill never leaves half a
+    picture); every chart the workbench writes goes through here. Returns the path."""
     buffer = io.BytesIO()
-    latency_figure(result).savefig(buffer, format="png", dpi=120)
+    figure.savefig(buffer, format="png", dpi=dpi)
     return atomic_write_bytes(path, buffer.getvalue())
+
+
+def latency_chart(result: dict, path: Path) -> Path:
+    """`latency_figure` saved as a PNG; return the path."""
+    return save_png(latency_figure(result), path)
 
 
 def write_report(result: dict, out_dir: Path) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import sqlite3
 from collections import defaultdict
 from pathlib import Path
 
@@ -21,12 +20,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from workbench.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
+from workbench.atomic import atomic_write_text  # noqa: E402
 from workbench.config import RESULTS_STORE  # noqa: E402
 from workbench.config.baselines import WORKBENCH_LABEL  # noqa: E402
 from workbench.errors import UserError  # noqa: E402
+from workbench.record.report import markdown_table, save_png  # noqa: E402
 from workbench.sweep.spec import SWEEP_MARKER  # noqa: E402
-
+from workbench.sweep.store import SweepStore  # noqa: E402
 
 
 def _load(folder: Path) -> tuple[dict, list[dict], dict[int, dict]]:
@@ -34,16 +34,13 @@ def _load(folder: Path) -> tuple[dict, list[dict], dict[int, dict]]:
     if not (folder / SWEEP_MARKER).is_file() or not (folder / RESULTS_STORE).is_file():
         raise UserError(f"{folder}: not a sweep output folder (expected {SWEEP_MARKER} and {RESULTS_STORE})")
     meta = json.loads((folder / SWEEP_MARKER).read_text())
-    db = sqlite3.connect(folder / RESULTS_STORE, timeout=60)
-    db.row_factory = sqlite3.Row
+    store = SweepStore(folder / RESULTS_STORE)
     try:
-        variants = [dict(r) for r in db.execute("SELECT * FROM sweep_variants ORDER BY position")]
+        variants = list(store.rows().values())
         run_ids = sorted({v["run_id"] for v in variants if v["run_id"] is not None})
-        results = {r["id"]: json.loads(r["result_json"]) for r in
-                   db.execute(f"SELECT id, result_json FROM runs WHERE id IN ({','.join('?' * len(run_ids))})",
-                              run_ids)}
+        results = {run_id: store.results.get(run_id) for run_id in run_ids}
     finally:
-        db.close()
+        store.close()
     return meta, variants, results
 
 
@@ -177,11 +174,10 @@ def console_table(folder: Path) -> Table:
 
 
 def _save(fig, path: Path) -> Path:
-    buffer = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return atomic_write_bytes(path, buffer.getvalue())
+    save_png(fig, path, dpi=110)
+    plt.close(fig)  # a pyplot figure: let pyplot forget it
+    return path
 
 
 def _label(r: dict) -> str:
@@ -272,12 +268,6 @@ def attribution_plot(rows: list[dict], passes: list[str], path: Path) -> Path:
     return _save(fig, path)
 
 
-def _markdown(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def write_csv(folder: Path, rows: list[dict], failed: list[dict]) -> tuple[Path, Path]:
     import csv
 
@@ -337,7 +327,7 @@ def _search_section(folder: Path) -> list[str]:
         return []
     plot = search_plot(search, folder / "search.png")
     best = search.get("best") or {}
-    table = _markdown(["step", "pipeline", "median ms", "best so far ms", "distinct measured", ""],
+    table = markdown_table(["step", "pipeline", "median ms", "best so far ms", "distinct measured", ""],
                       [[p["step"], p["pipeline"] or "(empty)", "—" if p["median_ms"] is None else f"{p['median_ms']:.3f}",
                         "—" if p["best_ms"] is None else f"{p['best_ms']:.3f}", str(p["measured"]),
                         "failed" if p["failed"] else ("" if p["new"] else "equivalent IR, not measured again")]
@@ -363,7 +353,7 @@ def write_sweep_report(folder: Path) -> Path:
     classes = "\n".join(f"- `{r['pipeline_text'] or '(empty)'}` ≡ " + ", ".join(f"`{e}`" for e in r["equivalent"])
                         + f" (structural hash {r['structural_hash']}, measured once)"
                         for r in shown if r["equivalent"]) or "(every measured variant has distinct optimized IR)"
-    failures = _markdown(["variant", "pipeline", "grid", "error"],
+    failures = markdown_table(["variant", "pipeline", "grid", "error"],
                          [[v["id"], v["pipeline_text"] or "(empty)", v["grid_json"], (v["error"] or "").splitlines()[0]
                            if v["error"] else ""] for v in failed]) if failed else "(none)"
     total = len(meta.get("variants", []))
@@ -375,7 +365,7 @@ def write_sweep_report(folder: Path) -> Path:
         + f"\n- repeats per variant: {meta['section'].get('repeats')}",
         *_tuning_section(folder),
         "## Ranking" + (" (by the tuned build)" if tuned else ""),
-        _markdown(_header(baselines, tuned), [_cells(r, baselines) for r in shown]) if rows else "(nothing measured yet)",
+        markdown_table(_header(baselines, tuned), [_cells(r, baselines) for r in shown]) if rows else "(nothing measured yet)",
         "*vs X* = X's median / this variant's median, in the same run (> 1: this variant is faster). "
         "*within noise of best*: its 95% CI overlaps the best one's."
         + (" *untuned rank*: the same IR's rank among the untuned builds; *kernels (N tuned)*: N of them got a "
