@@ -132,7 +132,7 @@ def _experiment(tmp_path: Path, **changes) -> dict:
 @needs_nvcc
 def test_cuda_run_writes_sources_and_report_and_says_what_was_not_measured(tmp_path):
     experiment = validate(_experiment(tmp_path, target={"kind": "cuda", "arch": "sm_90"}), "test")
-    result = run_experiment(experiment, tmp_path)
+    result = run_experiment(experiment, tmp_path).to_json()
     out = tmp_path / "run"
     stored = json.loads((out / "result.json").read_text())
     assert (out / "workbench.so").stat().st_size > 0
@@ -156,7 +156,7 @@ def test_cuda_run_writes_sources_and_report_and_says_what_was_not_measured(tmp_p
 def test_rpc_measures_an_llvm_build_remotely_and_matches_the_local_run(rpc_tracker, zoo_relax, llvm, tmp_path):
     """The path a GPU host takes: export, upload, load and time on the remote; numerics match the local run."""
     result = run_experiment(validate(_experiment(tmp_path, measure={
-        "warmup": 1, "repeat": 3, "rpc": rpc_tracker.model_dump()}), "test"), tmp_path)
+        "warmup": 1, "repeat": 3, "rpc": rpc_tracker.model_dump()}), "test"), tmp_path).to_json()
     for label in ("workbench", "tvm_unoptimized"):
         assert result["measurements"][label]["median_ms"] > 0 and result["measurements"][label]["repeats"] == 3
         assert result["accuracy"][label]["ok"], result["accuracy"][label]
@@ -178,7 +178,7 @@ def test_rpc_measures_an_llvm_build_remotely_and_matches_the_local_run(rpc_track
 def test_gpu_run_measures_every_tvm_label_and_matches_ort(tmp_path):
     arch = "sm_" + tvm.cuda(0).compute_version.replace(".", "")
     experiment = validate(_experiment(tmp_path, target={"kind": "cuda", "arch": arch}), "test")
-    result = run_experiment(experiment, tmp_path)
+    result = run_experiment(experiment, tmp_path).to_json()
     for label in ("workbench", "tvm_unoptimized"):
         assert result["measurements"][label]["median_ms"] > 0
         assert result["accuracy"][label]["ok"], result["accuracy"][label]

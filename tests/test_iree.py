@@ -59,7 +59,7 @@ def _one_node_chain(ops: list[str], path: Path) -> Path:
 def _run(tmp_path: Path, source: Path, baselines: list[str]) -> dict:
     experiment = validate({"name": "iree_case", "model": {"source": str(source)}, "baselines": baselines,
                            "measure": {"warmup": 1, "repeat": 3}, "output": str(tmp_path / "run")}, "test")
-    return run_experiment(experiment, tmp_path)
+    return run_experiment(experiment, tmp_path).to_json()
 
 
 @iree_installed

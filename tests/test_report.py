@@ -5,6 +5,12 @@ from rich.console import Console
 
 from test_results import sample_result
 from workbench.record.report import console_table, latency_chart, latency_figure, summary_rows, write_report
+from workbench.record.result import RunResult
+
+
+def typed(result: dict) -> RunResult:
+    """A result.json form as the run report reads it."""
+    return RunResult.from_json(result, "test")
 
 
 def _render(table) -> str:
@@ -17,7 +23,7 @@ def test_summary_rows_compute_speedups_and_keep_notes():
     result = sample_result(workbench_ms=2.0)
     result["measurements"] = {"ort_all": result["measurements"]["ort_all"], **result["measurements"]}  # workbench not first
     result["measurements"]["ort_none"] = {"median_ms": 7.0, "p90_ms": 8.0, "repeats": 10, "note": None}
-    rows = {row["label"]: row for row in summary_rows(result)}
+    rows = {row["label"]: row for row in summary_rows(typed(result))}
     assert list(rows) == ["workbench", "ort_all", "tvm_default", "ort_none"]  # workbench, then baselines in order
     assert rows["workbench"]["speedup"] == 1.0 and rows["ort_all"]["speedup"] == 0.5
     assert rows["ort_none"]["speedup"] == 3.5 and rows["tvm_default"]["speedup"] is None
@@ -29,7 +35,7 @@ def test_summary_rows_compute_speedups_and_keep_notes():
 def test_write_report_markdown_and_png(tmp_path):
     result = sample_result(workbench_ms=4.0)
     result["accuracy"]["ort_all"] = {"max_abs_err": 0.5, "max_rel_err": 0.1, "ok": False}
-    report = write_report(result, tmp_path / "run")
+    report = write_report(typed(result), tmp_path / "run")
     assert report == tmp_path / "run" / "report.md"
     text = report.read_text()
     assert "| workbench | 4.000 | 2.500 | 1.00× | 4 | 1.00e-06 | ok |" in text
@@ -45,18 +51,18 @@ def test_write_report_markdown_and_png(tmp_path):
 
 
 def test_chart_omits_unmeasured_labels_and_footnotes_their_notes(tmp_path):
-    figure = latency_figure(sample_result(workbench_ms=2.0))
+    figure = latency_figure(typed(sample_result(workbench_ms=2.0)))
     ax = figure.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["workbench", "ort_all"]
     assert ax.patches[0].get_facecolor() != ax.patches[1].get_facecolor()  # the workbench bar stands out
     assert any("tvm_default (not available: x)" in t.get_text() for t in figure.texts)
     assert ax.get_xscale() == "linear" and any("2 ms" in t.get_text() for t in ax.texts)
-    assert latency_chart(sample_result(), tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    assert latency_chart(typed(sample_result()), tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_chart_uses_a_log_scale_past_a_20x_spread():
     result = sample_result(workbench_ms=50.0)  # ort_all is 1.0 ms: a 50x spread
-    assert latency_figure(result).axes[0].get_xscale() == "log"
+    assert latency_figure(typed(result)).axes[0].get_xscale() == "log"
 
 
 def test_report_with_only_the_workbench_measured_and_a_dict_target(tmp_path):
@@ -64,13 +70,13 @@ def test_report_with_only_the_workbench_measured_and_a_dict_target(tmp_path):
     result["target"] = {"kind": "cuda", "arch": "sm_90"}
     result["passes"], result["pipeline_text"] = [], ""
     result["measurements"] = {"workbench": result["measurements"]["workbench"]}
-    text = write_report(result, tmp_path).read_text()
+    text = write_report(typed(result), tmp_path).read_text()
     assert '"arch": "sm_90"' in text and "(empty pipeline)" in text
     assert matplotlib.image.imread(tmp_path / "latency.png").shape[0] > 100
 
 
 def test_console_table_renders_speedups_and_passes():
-    text = _render(console_table(sample_result(workbench_ms=2.0)))
+    text = _render(console_table(typed(sample_result(workbench_ms=2.0))))
     assert "workbench speedup vs this" in text and "0.50×" in text and "1.00×" in text
     assert "not available: x" in text and "FAIL" not in text
     assert "fuse" in text and "3 → 1" in text and "add 3→0, call_tir 0→1" in text

@@ -245,7 +245,7 @@ def test_worker_runs_reuse_builds_of_equal_ir_and_leave_the_store_to_the_parent(
     results = []
     for i, pipeline in enumerate(["fold_constant,dce", "fuse", "fuse"]):  # the last: same IR, another seed
         experiment = validate({**BASE, "pipeline": pipeline, "seed": i, "output": str(tmp_path / f"v{i}")}, "test")
-        results.append(run_experiment(experiment, tmp_path, store=False, builds=builds))
+        results.append(run_experiment(experiment, tmp_path, store=False, builds=builds).to_json())
     # tvm_unoptimized once for all three, the workbench build once per distinct optimized IR
     assert sorted(key[0] for key in builds) == ["build_lowered"] * 3 + ["library"] * 2
     for i, result in enumerate(results):
@@ -280,7 +280,7 @@ def test_an_idle_worker_does_not_take_a_second_run_of_the_ir_a_busy_worker_is_bu
 
 
 def _sweep_writer(path, worker, start):
-    from test_results import sample_result
+    from test_results import sample_result, typed
     from workbench.sweep.spec import Variant
     from workbench.sweep.store import SweepStore
 
@@ -288,7 +288,7 @@ def _sweep_writer(path, worker, start):
     store = SweepStore(path)
     for i in range(15):  # a measured class of two variants (run + both rows in one transaction), then a failure
         members = [Variant(f"w{worker}-{i}-{m}", i, 0, "dce", {}, {}) for m in range(2)]
-        store.record(members, "done", result=sample_result(f"w{worker}-{i}"), median_ms=1.0, class_id=f"c{i}")
+        store.record(members, "done", result=typed(sample_result(f"w{worker}-{i}")), median_ms=1.0, class_id=f"c{i}")
         store.record([Variant(f"w{worker}-{i}-failed", i, 0, "x", {}, {})], "failed", error="boom")
     store.close()
 

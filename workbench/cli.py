@@ -27,20 +27,21 @@ from workbench.errors import ReferenceFailed, UserError
 
 if TYPE_CHECKING:  # the config module is imported by the verbs that need it, not at start-up
     from workbench.config import Experiment
+    from workbench.record.result import RunResult
 
 # Tables are wide: when output is not a terminal (CI logs, pipes), do not squeeze them into 80 columns.
 stdout = Console(width=None if sys.stdout.isatty() else 140)
 stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
 
-def _print_run(result: dict, experiment: Experiment) -> None:
+def _print_run(result: RunResult, experiment: Experiment) -> None:
     """The run's table and where its files and store row went."""
     from workbench.record.report import console_table
 
     stdout.print(console_table(result))
     out_dir = experiment.output_dir(Path.cwd())
     stdout.print(f"Wrote {out_dir / 'result.json'}, {out_dir / 'report.md'}; "
-                 f"store {experiment.results_path(Path.cwd())} (run {result['run_id']})")
+                 f"store {experiment.results_path(Path.cwd())} (run {result.run_id})")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -140,16 +141,11 @@ def cmd_passes(_args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from workbench.record.report import console_table, write_report
+    from workbench.record.result import RunResult
 
     folder = Path(args.run_dir)
-    path = folder / "result.json" if folder.is_dir() else folder
-    if not path.is_file():
-        raise UserError(f"{path}: no result.json here; give a run folder written by `workbench run`")
-    try:
-        result = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not a valid result.json ({exc})") from exc
-    report = write_report(result, path.parent)
+    result = RunResult.read(folder)
+    report = write_report(result, folder if folder.is_dir() else folder.parent)
     stdout.print(console_table(result))
     stdout.print(f"Wrote {report}")
     return 0

@@ -28,8 +28,8 @@ class ReferenceFailed(Exception):
 
     exit_code = 1
 
-    def __init__(self, result: dict):
-        super().__init__(result["error"])
+    def __init__(self, result):  # a record.result.RunResult (this bottom room names no higher one)
+        super().__init__(result.error)
         self.result = result
 
 

@@ -23,7 +23,7 @@ import tvm
 import tvm_ffi
 from rich.console import Console
 
-from workbench.atomic import atomic_write_bytes, atomic_write_json
+from workbench.atomic import atomic_write_bytes
 from workbench.compile.build import Built, build_lowered, build_tvm_default
 from workbench.compile.cuda_report import kernel_report
 from workbench.compile.databases import applied_database
@@ -37,6 +37,7 @@ from workbench.measure.iree import iree_runner, iree_version
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
 from workbench.models.accuracy import compare
 from workbench.record.report import write_report
+from workbench.record.result import Accuracy, Measurement, PassEntry, RunResult
 from workbench.record.store import ResultsStore
 from workbench.runtime.rpc import connect
 from workbench.runtime.threads import target_threads
@@ -191,8 +192,8 @@ def _writable_output(out_dir: Path) -> Path:
     return out_dir
 
 
-def _not_measured(note: str) -> dict:
-    return {"median_ms": None, "p90_ms": None, "repeats": 0, "note": note}
+def _not_measured(note: str) -> Measurement:
+    return Measurement(median_ms=None, p90_ms=None, repeats=0, note=note)
 
 
 def _profiles(experiment: Experiment, canonical: onnx.ModelProto, inputs: dict[str, np.ndarray], target,
@@ -212,8 +213,8 @@ def _profiles(experiment: Experiment, canonical: onnx.ModelProto, inputs: dict[s
 def run_experiment(experiment: Experiment, base_dir: Path, console: Console | None = None,
                    dump_ir: Path | None = None, store: bool = True, builds: dict | None = None,
                    config_path: Path | None = None, prepared: Prepared | None = None,
-                   optimized: Optimized | None = None) -> dict:
-    """Run the experiment, write its files and (with `store`) its store row; return the result dict.
+                   optimized: Optimized | None = None) -> RunResult:
+    """Run the experiment, write its files and (with `store`) its store row; return its RunResult.
 
     A baseline that cannot run is reported and the run goes on, but when that baseline is the accuracy
     reference nothing was checked: every label is still measured and written, with status "failed" and
@@ -229,20 +230,14 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     out_dir = _writable_output(experiment.output_dir(base_dir))
     target = prepared.target if prepared is not None else make_target(experiment.target)
     place = _tvm_place(experiment, target)
-    result: dict = {
-        "name": experiment.name,
-        "status": "running",
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model": experiment.model.model_dump(mode="json", exclude_none=True),
-        "target": describe(experiment.target),
-        "target_resolved": resolved(target),
-        "threads": target_threads(target),  # every runtime's kernels (TVM, ONNX Runtime, IREE) on the CPU
-        "pipeline": [spec.to_yaml() for spec in experiment.pipeline],
-        "pipeline_text": pipeline_spec.to_text(experiment.pipeline),
-        "reference": experiment.accuracy.reference,
-        "passes": [], "measurements": {}, "accuracy": {}, "kernels": {}, **({"cuda": {}} if is_cuda(target) else {}),
-        "provenance": provenance(experiment),
-    }
+    result = RunResult(
+        name=experiment.name, status="running", created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        model=experiment.model.model_dump(mode="json", exclude_none=True), target=describe(experiment.target),
+        target_resolved=resolved(target),
+        threads=target_threads(target),  # every runtime's kernels (TVM, ONNX Runtime, IREE) on the CPU
+        pipeline=[spec.to_yaml() for spec in experiment.pipeline], pipeline_text=pipeline_spec.to_text(experiment.pipeline),
+        reference=experiment.accuracy.reference, passes=[], measurements={}, accuracy={}, kernels={},
+        provenance=provenance(experiment), **({"cuda": {}} if is_cuda(target) else {}))
 
     tuning = experiment.tuning
     tune_hint = f"workbench tune {config_path or 'CONFIG'}"
@@ -255,25 +250,25 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     canonical, inputs, imported = prepared.canonical, prepared.inputs, prepared.imported
     atomic_write_bytes(out_dir / "model.canonical.onnx", canonical.SerializeToString())
     np.savez(out_dir / "inputs.npz", **inputs)
-    result["model"]["inputs"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in inputs.items()}
+    result.model["inputs"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in inputs.items()}
     if optimized is None:
-        with step(console, f"Running pipeline [bold]{result['pipeline_text'] or '(empty)'}[/]"):
+        with step(console, f"Running pipeline [bold]{result.pipeline_text or '(empty)'}[/]"):
             optimized = optimize(prepared, experiment.pipeline, dump_ir)
-    result["passes"] = [vars(record) for record in optimized.records]
+    result.passes = [PassEntry(**vars(record)) for record in optimized.records]
     if tuning is not None and tuning.tune:
         trials, _folder = tune_optimized(optimized.module, target, experiment, base_dir, console)
-        result["tuning_trials"] = [r.as_dict() for r in trials]
+        result.tuning_trials = [r.as_dict() for r in trials]
         choice, database = applied_database(experiment, base_dir, target, tune_hint)
     with step(console, f"Building workbench for {target_key(target)}"
                        + (f" with tuned schedules ({choice.tuned_for or 'target unrecorded'})" if database is not None else "")):
         library = out_dir / "workbench.so"
         built = _workbench_build(optimized.module, target, library, builds, database, experiment.layout_rewrite)
     if built.fell_back:
-        result["kernels_fell_back"] = built.fell_back
+        result.kernels_fell_back = built.fell_back
         console.print(f"[yellow]![/] {len(built.fell_back)} kernels failed to lower with their schedule and run "
                       f"plain loops: {', '.join(built.fell_back)}")
     if choice is not None:
-        result["tuning"] = {**choice.as_dict(), "layout_rewrite": experiment.layout_rewrite, **(built.tuning or {})}
+        result.tuning = {**choice.as_dict(), "layout_rewrite": experiment.layout_rewrite, **(built.tuning or {})}
         if choice.note:
             console.print(f"[yellow]![/] {choice.note}")
 
@@ -286,12 +281,12 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
                 tvm_build = (built if label == WORKBENCH_LABEL else _tvm_build(label, imported, target, builds)) \
                     if runs_on_tvm(label) else None
                 if tvm_build is not None:
-                    result["kernels"][label] = tvm_build.kernels
+                    result.kernels[label] = tvm_build.kernels
                     if is_cuda(target):
-                        result["cuda"][label] = kernel_report(label, tvm_build, experiment.target.arch,
+                        result.cuda[label] = kernel_report(label, tvm_build, experiment.target.arch,
                                                               out_dir / "cuda")
                 if tvm_build is not None and place.unavailable:
-                    result["measurements"][label] = _not_measured(place.unavailable)
+                    result.measurements[label] = _not_measured(place.unavailable)
                 else:
                     model = ort_int8_model(experiment, canonical, out_dir) if label == "ort_int8" else canonical
                     runner = _runner(label, tvm_build, model, inputs, target, place, out_dir)
@@ -299,37 +294,38 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
                     timing = runner.measure(protocol.warmup, protocol.repeat)
                     on_cpu = is_cuda(target) and label in ("ort_all", "ort_none")
                     note = _precision_note(experiment, target) if label == WORKBENCH_LABEL else None
-                    result["measurements"][label] = {**timing.as_dict(),
-                                                     "note": "ONNX Runtime on the CPU" if on_cpu else note}
-                    result["kernels"][label] = runner.kernels
+                    result.measurements[label] = Measurement(**timing.as_dict(),
+                                                             note="ONNX Runtime on the CPU" if on_cpu else note)
+                    result.kernels[label] = runner.kernels
             except Exception as exc:  # a baseline that cannot run is reported, the run goes on
                 if label == WORKBENCH_LABEL:
                     raise
                 reason = str(exc) if isinstance(exc, BaselineUnavailable) else f"{exc.__class__.__name__}: {exc}"
-                result["measurements"][label] = _not_measured(f"not available: {reason}")
-                result["kernels"].setdefault(label, None)
+                result.measurements[label] = _not_measured(f"not available: {reason}")
+                result.kernels.setdefault(label, None)
                 if label == experiment.accuracy.reference:
-                    result["error"] = (f"accuracy reference {label} did not run, no output was checked: "
+                    result.error = (f"accuracy reference {label} did not run, no output was checked: "
                                        + " ".join(reason.split()))  # one line: ORT's messages end in newlines
-        atomic_write_json(out_dir / "result.json", result)
+        result.write(out_dir)
 
     if experiment.profile is not None:
         with step(console, f"Profiling workbench kernels and ort_all nodes ({experiment.profile.runs} runs)"):
-            result["profile"] = _profiles(experiment, canonical, inputs, target, place, out_dir)
-        atomic_write_json(out_dir / "result.json", result)
+            result.profile = _profiles(experiment, canonical, inputs, target, place, out_dir)
+        result.write(out_dir)
 
     reference = outputs.get(experiment.accuracy.reference)
     for label, produced in outputs.items():
         if reference is None:
-            result["accuracy"][label] = {"ok": None, "note": f"reference {experiment.accuracy.reference} did not run"}
+            result.accuracy[label] = Accuracy(ok=None, note=f"reference {experiment.accuracy.reference} did not run")
         elif label != experiment.accuracy.reference:
-            result["accuracy"][label] = compare(produced, reference, experiment.accuracy.rtol, experiment.accuracy.atol)
-    result["status"] = "failed" if "error" in result else "complete"
-    atomic_write_json(out_dir / "result.json", result)
+            result.accuracy[label] = Accuracy(**compare(produced, reference, experiment.accuracy.rtol,
+                                                        experiment.accuracy.atol))
+    result.status = "failed" if result.error is not None else "complete"
+    result.write(out_dir)
     write_report(result, out_dir)
     if store:
         with ResultsStore(experiment.results_path(base_dir)) as results:
-            result["run_id"] = results.add(result)
-    if result["status"] == "failed":
+            result.run_id = results.add(result)
+    if result.status == "failed":
         raise ReferenceFailed(result)
     return result

@@ -1,1 +1,2 @@
-"""From a pipeline's output to a loadable library: targets, the lowering tail, MetaSchedule tuning, CUDA kernel report."""
+"""From a pipeline's output to a loadable library: targets, builds, schedule databases, MetaSchedule tuning (tasks,
+design spaces, the loop), the tuned-schedule check, the CUDA kernel report."""

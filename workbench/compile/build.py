@@ -3,9 +3,9 @@
 Three recipes share the same lowering tail, so the only difference between builds is the
 graph-level work before it. The tail is TVM's backend for the target kind (cpu_generic for llvm,
 cuda for cuda); on cuda it also gives every kernel a GPU schedule (dlight's default rules) unless
-one is scheduled already (`tirx.is_scheduled`, e.g. from a tuned database), on CPUs the packed conv
-kernels get theirs (kernels/packed_schedule.py), and a module marked by the `cuda_graph` pass gets
-TVM's CUDA-graph rewrite.
+one is scheduled already (`tirx.is_scheduled`, e.g. from a tuned database), on CPUs every kernel no
+database covers its default schedule (kernels/default_schedule.py), and a module marked by the `cuda_graph`
+pass gets TVM's CUDA-graph rewrite. The pass lists are kernels/lowering.py's.
 A kernel whose schedule (default or tuned) fails to lower on a CPU is built with plain loops instead, and the
 build names it (`Built.fell_back`): TVM's internal errors there are the workbench's or the database's fault,
 never a reason to refuse the user's model.

@@ -1,6 +1,7 @@
 """The baselines a run measures beside the workbench build, registered once: the runtime that makes each, what it
-is, whether the default `baselines:` list has it, and what it needs. The config schema (`BaselineName`, the
-default list), `workbench run --help` and the docs derive from here; measure/baselines.py says how each runs.
+is, whether the default `baselines:` list has it, and whether a config may name it. The config schema (`BaselineName`, the
+default list), `workbench run --help` and the experiment's dispatch derive from here (how each runs: the TVM
+recipes in experiment.py `TVM_RECIPES`, ONNX Runtime's levels in measure/runners.py `ORT_LEVELS`, measure/iree.py).
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Running builds and baselines: inputs, runners (TVM, ONNX Runtime, IREE), timing statistics, accuracy, RPC."""
+"""Running builds and baselines: runners (TVM, ONNX Runtime, IREE), timing statistics, per-kernel profiles."""

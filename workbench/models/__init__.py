@@ -1,1 +1,2 @@
-"""Model sources, ONNX canonicalization, import to Relax and the synthetic zoo."""
+"""Model sources, ONNX canonicalization (LSTM/GRU unrolled), inputs, import to Relax, output comparison, the
+synthetic zoo and the real-model corpus."""

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from workbench.atomic import atomic_write_bytes, atomic_write_text
 from workbench.config.baselines import WORKBENCH_LABEL
+from workbench.record.result import Accuracy, PassEntry, RunResult
 
 COLUMNS = ("label", "median ms", "p90 ms", "workbench speedup vs this", "kernels", "max abs err", "accuracy", "note")
 PASS_COLUMNS = ("pass", "seconds", "ops before → after", "changes")
@@ -22,34 +23,36 @@ CUDA_COLUMNS = ("label", "kernels (PTX)", "launches / inference", "intermediate 
                 "max registers", "max smem bytes")
 KERNEL_COLUMNS = ("kernel", "threads/block", "registers", "smem bytes")
 PROFILE_COLUMNS = ("#", "workbench kernel", "µs", "share", "ort_all node", "µs ", "share ")
-def profile_note(result: dict) -> str:
-    """The profile table's caption; it gives the instrument cost taken off each workbench call."""
-    ours = result["profile"].get(WORKBENCH_LABEL) or {}
-    less = f", less the instrument's own {ours['instrument_us']:.1f} µs per call" if ours.get("instrument_us") else ""
-    return ("mean time per inference of each kernel (workbench: timed around each VM call" + less +
-            "; ort_all: ONNX Runtime's node trace), largest first; share: of the kernels' summed time")
 SPEEDUP_NOTE = "workbench speedup vs this = that label's median / the workbench median (> 1: the workbench is faster)"
 
 
-def summary_rows(result: dict) -> list[dict]:
+def profile_note(result: RunResult) -> str:
+    """The profile table's caption; it gives the instrument cost taken off each workbench call."""
+    ours = (result.profile or {}).get(WORKBENCH_LABEL) or {}
+    less = f", less the instrument's own {ours['instrument_us']:.1f} µs per call" if ours.get("instrument_us") else ""
+    return ("mean time per inference of each kernel (workbench: timed around each VM call" + less +
+            "; ort_all: ONNX Runtime's node trace), largest first; share: of the kernels' summed time")
+
+
+def summary_rows(result: RunResult) -> list[dict]:
     """One row per label, workbench first then the baselines in measured order: latency, the
     workbench's speedup vs that label (label median / workbench median), kernels, accuracy, note."""
-    measurements = result["measurements"]
-    ours = (measurements.get(WORKBENCH_LABEL) or {}).get("median_ms")
+    measurements = result.measurements
+    ours = measurements[WORKBENCH_LABEL].median_ms if WORKBENCH_LABEL in measurements else None
     rows = []
     for label in sorted(measurements, key=lambda name: name != WORKBENCH_LABEL):  # stable: baselines keep their order
-        figures = measurements[label] or {}
-        accuracy = (result.get("accuracy") or {}).get(label) or {}
-        median = figures.get("median_ms")
+        figures = measurements[label]
+        accuracy = result.accuracy.get(label) or Accuracy()
+        median = figures.median_ms
         rows.append({
-            "label": label, "median_ms": median, "p90_ms": figures.get("p90_ms"),
+            "label": label, "median_ms": median, "p90_ms": figures.p90_ms,
             "speedup": median / ours if median and ours else None,
-            "kernels": (result.get("kernels") or {}).get(label),
-            "max_abs_err": accuracy.get("max_abs_err"),
-            "ok": accuracy.get("ok"),
-            "reference": label == result.get("reference"),
-            "note": figures.get("note") or accuracy.get("note")
-                    or (tuning_note(result["tuning"]) if label == WORKBENCH_LABEL and result.get("tuning") else None),
+            "kernels": result.kernels.get(label),
+            "max_abs_err": accuracy.max_abs_err,
+            "ok": accuracy.ok,
+            "reference": label == result.reference,
+            "note": figures.note or accuracy.note
+                    or (tuning_note(result.tuning) if label == WORKBENCH_LABEL and result.tuning else None),
         })
     return rows
 
@@ -77,39 +80,39 @@ def _cells(row: dict) -> list[str]:
             _number(row["kernels"], "d"), _number(row["max_abs_err"], ".2e"), accuracy, row["note"] or ""]
 
 
-def _op_changes(record: dict) -> str:
+def _op_changes(record: PassEntry) -> str:
     """The op counts a pass moved, e.g. 'nn.batch_norm 5→0, add 0→5'."""
-    before, after = record.get("ops_before") or {}, record.get("ops_after") or {}
+    before, after = record.ops_before, record.ops_after
     moved = [f"{op.removeprefix('relax.')} {before.get(op, 0)}→{after.get(op, 0)}"
              for op in sorted(set(before) | set(after)) if before.get(op, 0) != after.get(op, 0)]
     return ", ".join(moved) or "no op-count change"
 
 
-def _pass_cells(record: dict) -> list[str]:
-    before, after = record.get("ops_before") or {}, record.get("ops_after") or {}
-    return [record["name"], _number(record.get("seconds"), ".3f"), f"{sum(before.values())} → {sum(after.values())}",
+def _pass_cells(record: PassEntry) -> list[str]:
+    before, after = record.ops_before, record.ops_after
+    return [record.name, _number(record.seconds, ".3f"), f"{sum(before.values())} → {sum(after.values())}",
             _op_changes(record)]
 
 
-def _target_text(result: dict) -> str:
-    target = result.get("target")
+def _target_text(result: RunResult) -> str:
+    target = result.target
     return target if isinstance(target, str) else json.dumps(target, sort_keys=True)
 
 
-def _resolved_text(result: dict) -> str:
+def _resolved_text(result: RunResult) -> str:
     """'llvm-znver3 (sse4.2, avx, avx2, fma, f16c; host CPU znver3; 2 threads for every runtime)': what the configured
     target resolved to, and the threads TVM's, ONNX Runtime's and IREE's kernels ran on."""
-    resolved = result.get("target_resolved")
+    resolved = result.target_resolved
     if not resolved:
         return "—"
     features = ", ".join(resolved.get("features") or []) or "no vector extensions"
-    threads = f"; {result['threads']} threads for every runtime" if result.get("threads") else ""
+    threads = f"; {result.threads} threads for every runtime" if result.threads else ""
     return f"{resolved['key']} ({features}; host CPU {resolved.get('host_cpu')}{threads})"
 
 
-def _heading(result: dict) -> str:
-    target = (result.get("target_resolved") or {}).get("key") or _target_text(result)
-    return f"{result['name']}: {result.get('pipeline_text') or '(empty pipeline)'} on {target}"
+def _heading(result: RunResult) -> str:
+    target = (result.target_resolved or {}).get("key") or _target_text(result)
+    return f"{result.name}: {result.pipeline_text or '(empty pipeline)'} on {target}"
 
 
 def _cuda_cells(label: str, report: dict) -> list[str]:
@@ -123,19 +126,19 @@ def _cuda_cells(label: str, report: dict) -> list[str]:
             most("threads_per_block"), most("registers"), most("shared_bytes")]
 
 
-def cuda_table(result: dict) -> Table:
+def cuda_table(result: RunResult) -> Table:
     """The static kernel report of each CUDA build (no GPU needed): fewer launches and MB is fusion's effect."""
-    table = Table(title=f"CUDA kernels, static ({next(iter(result['cuda'].values()))['arch']})")
+    table = Table(title=f"CUDA kernels, static ({next(iter(result.cuda.values()))['arch']})")
     for column in CUDA_COLUMNS:
         table.add_column(column, justify="left" if column == "label" else "right")
-    for label, report in result["cuda"].items():
+    for label, report in result.cuda.items():
         table.add_row(*_cuda_cells(label, report), style="bold" if label == WORKBENCH_LABEL else None)
     return table
 
 
-def _cuda_markdown(result: dict) -> str:
+def _cuda_markdown(result: RunResult) -> str:
     """report.md's CUDA section: the per-build table, then every workbench kernel."""
-    reports = result["cuda"]
+    reports = result.cuda
     parts = ["## CUDA kernels (static: from the generated CUDA source and `ptxas -v`, no GPU needed)",
              markdown_table(CUDA_COLUMNS, [_cuda_cells(label, report) for label, report in reports.items()]),
              "*launches / inference: kernel calls one inference makes; intermediate MB: tensors one kernel writes "
@@ -159,17 +162,17 @@ def _profile_side(profile: dict | None, rows: int) -> list[list[str]]:
     return cells + [["total", f"{profile['total_us']:.1f}", "100%"]]
 
 
-def profile_rows(result: dict) -> list[list[str]]:
+def profile_rows(result: RunResult) -> list[list[str]]:
     """The workbench's top kernels beside ort_all's top nodes, row by row (rank, then each side's cells)."""
-    sides = result["profile"]
+    sides = result.profile or {}
     ours, theirs = sides.get(WORKBENCH_LABEL), sides.get("ort_all")
     length = max(len(side["kernels"]) + (1 if side["other"]["kernels"] else 0) + 1 for side in (ours, theirs) if side)
     left, right = _profile_side(ours, length), _profile_side(theirs, length)
     return [[str(i + 1) if i < length - 1 else "", *a, *b] for i, (a, b) in enumerate(zip(left, right))]
 
 
-def profile_table(result: dict) -> Table:
-    table = Table(title=f"{result['name']}: where the time goes", caption=profile_note(result))
+def profile_table(result: RunResult) -> Table:
+    table = Table(title=f"{result.name}: where the time goes", caption=profile_note(result))
     for column in PROFILE_COLUMNS:
         table.add_column(column, justify="right" if column.strip() in ("#", "µs", "share") else "left")
     for row in profile_rows(result):
@@ -177,7 +180,7 @@ def profile_table(result: dict) -> Table:
     return table
 
 
-def summary_table(result: dict) -> Table:
+def summary_table(result: RunResult) -> Table:
     """The per-label latency/accuracy table."""
     table = Table(title=_heading(result), caption=SPEEDUP_NOTE)
     for column in COLUMNS:
@@ -187,25 +190,25 @@ def summary_table(result: dict) -> Table:
     return table
 
 
-def passes_table(result: dict) -> Table:
+def passes_table(result: RunResult) -> Table:
     """Per pass: wall time, total op count before → after, and the op counts that moved."""
     table = Table(title="passes")
     for column in PASS_COLUMNS:
         table.add_column(column, justify="right" if column == "seconds" else "left")
-    for record in result.get("passes") or []:
+    for record in result.passes:
         table.add_row(*_pass_cells(record))
     return table
 
 
-def console_table(result: dict) -> Table:
+def console_table(result: RunResult) -> Table:
     """What `workbench run` prints: the summary table and, below it, the passes table (one renderable)."""
     grid = Table.grid(padding=(1, 0))
     grid.add_column()
     grid.add_row(summary_table(result))
-    grid.add_row(passes_table(result) if result.get("passes") else "passes: (empty pipeline)")
-    if result.get("cuda"):
+    grid.add_row(passes_table(result) if result.passes else "passes: (empty pipeline)")
+    if result.cuda:
         grid.add_row(cuda_table(result))
-    if result.get("profile"):
+    if result.profile:
         grid.add_row(profile_table(result))
     return grid
 
@@ -228,7 +231,7 @@ def _measured(row: dict) -> bool:
     return row["median_ms"] is not None and row["median_ms"] > 0
 
 
-def latency_figure(result: dict) -> Figure:
+def latency_figure(result: RunResult) -> Figure:
     """Horizontal bars of median latency per label (p90 as whisker), the workbench bar highlighted, log
     x-scale past a 20x spread; unmeasured labels are left out and named, with their notes, in a footnote."""
     rows = summary_rows(result)
@@ -268,34 +271,33 @@ def save_png(figure: Figure, path: Path, dpi: int = 120) -> Path:
     return atomic_write_bytes(path, buffer.getvalue())
 
 
-def latency_chart(result: dict, path: Path) -> Path:
+def latency_chart(result: RunResult, path: Path) -> Path:
     """`latency_figure` saved as a PNG; return the path."""
     return save_png(latency_figure(result), path)
 
 
-def write_report(result: dict, out_dir: Path) -> Path:
+def write_report(result: RunResult, out_dir: Path) -> Path:
     """Write report.md and latency.png (linked relatively) into `out_dir`; return the report's path."""
     out_dir = Path(out_dir)
     chart = latency_chart(result, out_dir / "latency.png")
-    model = result.get("model") or {}
-    passes = result.get("passes") or []
+    model, passes = result.model, result.passes
     text = "\n\n".join([
-        f"# {result['name']}",
+        f"# {result.name}",
         f"- model: `{model.get('source')}`, inputs `{json.dumps(model.get('inputs'))}`\n"
         f"- target: `{_target_text(result)}`, built for {_resolved_text(result)}\n"
-        f"- pipeline: `{result.get('pipeline_text') or '(empty)'}`\n"
-        f"- accuracy reference: `{result.get('reference')}`"
-        + (f"\n- **run failed**: {result['error']}" if result.get("status") == "failed" else ""),
+        f"- pipeline: `{result.pipeline_text or '(empty)'}`\n"
+        f"- accuracy reference: `{result.reference}`"
+        + (f"\n- **run failed**: {result.error}" if result.status == "failed" else ""),
         "## Latency and accuracy",
         markdown_table(COLUMNS, [_cells(row) for row in summary_rows(result)]),
         f"*{SPEEDUP_NOTE}.*",
         f"![latency]({chart.name})",
         "## Passes",
         markdown_table(PASS_COLUMNS, [_pass_cells(record) for record in passes]) if passes else "(empty pipeline)",
-        *([_cuda_markdown(result)] if result.get("cuda") else []),
+        *([_cuda_markdown(result)] if result.cuda else []),
         *(["## Where the time goes", markdown_table(PROFILE_COLUMNS, profile_rows(result)), f"*{profile_note(result)}.*"]
-          if result.get("profile") else []),
+          if result.profile else []),
         "## Provenance",
-        "\n".join(f"- {key}: `{value}`" for key, value in (result.get("provenance") or {}).items()),
+        "\n".join(f"- {key}: `{value}`" for key, value in result.provenance.items()),
     ])
     return atomic_write_text(out_dir / "report.md", text + "\n")

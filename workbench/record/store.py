@@ -21,6 +21,7 @@ from typing import Any
 
 from workbench.atomic import atomic_write_text
 from workbench.errors import UserError
+from workbench.record.result import Accuracy, RunResult
 
 SCHEMA_VERSION = 1
 SCHEMA = (
@@ -60,12 +61,11 @@ def _text(value: Any) -> str | None:
     return value if value is None or isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-def _measurement_row(run_id: int, label: str, result: dict) -> tuple:
-    figures = result["measurements"][label] or {}
-    accuracy = (result.get("accuracy") or {}).get(label) or {}
-    return (run_id, label, figures.get("median_ms"), figures.get("p90_ms"), figures.get("repeats"),
-            (result.get("kernels") or {}).get(label), accuracy.get("max_abs_err"), accuracy.get("max_rel_err"),
-            accuracy.get("ok"), figures.get("note"))
+def _measurement_row(run_id: int, label: str, result: RunResult) -> tuple:
+    figures = result.measurements[label]
+    accuracy = result.accuracy.get(label) or Accuracy()
+    return (run_id, label, figures.median_ms, figures.p90_ms, figures.repeats, result.kernels.get(label),
+            accuracy.max_abs_err, accuracy.max_rel_err, accuracy.ok, figures.note)
 
 
 class ResultsStore:
@@ -127,33 +127,32 @@ class ResultsStore:
         """One write transaction, for callers that keep their own tables in this store (the sweep)."""
         return self._transaction()
 
-    def add(self, result: dict, then: Callable[[int], object] | None = None) -> int:
+    def add(self, result: RunResult, then: Callable[[int], object] | None = None) -> int:
         """Store one result (both tables, one transaction: all or nothing); return its run id.
 
         `then(run_id)` runs inside the same transaction: a sweep records the variants this run measured,
         so a crash never leaves a run that no variant refers to."""
-        blob = json.dumps(result, default=str)
+        blob = json.dumps(result.to_json())
         with self._transaction():
             cursor = self.db.execute(
                 "INSERT INTO runs (name, created, config_hash, model_source, target, pipeline_text, result_json)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (result["name"], result.get("created"), (result.get("provenance") or {}).get("config_hash"),
-                 (result.get("model") or {}).get("source"), _text(result.get("target")),
-                 result.get("pipeline_text"), blob),
+                (result.name, result.created, result.provenance.get("config_hash"), result.model.get("source"),
+                 _text(result.target), result.pipeline_text, blob),
             )
             run_id = cursor.lastrowid
             self.db.executemany("INSERT INTO measurements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                [_measurement_row(run_id, label, result) for label in result["measurements"]])
+                                [_measurement_row(run_id, label, result) for label in result.measurements])
             if then is not None:
                 then(run_id)
         return run_id
 
-    def get(self, run_id: int) -> dict:
-        """The full result dict as added (after a JSON round trip)."""
+    def get(self, run_id: int) -> RunResult:
+        """The run's full result as added."""
         row = self.db.execute("SELECT result_json FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             raise KeyError(f"no run {run_id} in {self.path}")
-        return json.loads(row["result_json"])
+        return RunResult.from_json(json.loads(row["result_json"]), f"{self.path}, run {run_id}")
 
     def runs(self, name: str | None = None) -> list[dict]:
         """One summary row per run (oldest first), optionally only the runs of one experiment name."""

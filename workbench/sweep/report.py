@@ -63,21 +63,21 @@ def ranked_rows(folder: Path) -> tuple[list[dict], list[dict], dict]:
     rows = []
     for class_id, members in classes.items():
         runs = {m["run_id"]: results[m["run_id"]] for m in members}
-        ours = [r["measurements"][WORKBENCH_LABEL] for r in runs.values()]
-        medians = [m["median_ms"] for m in ours if m.get("median_ms")]
+        ours = [r.measurements[WORKBENCH_LABEL] for r in runs.values()]
+        medians = [m.median_ms for m in ours if m.median_ms]
         if not medians:
             continue
         if len(medians) > 1:
             low, high = _ci_over_repeats(medians)
         else:
-            low, high = ours[0].get("ci95_ms") or (medians[0], medians[0])
+            low, high = getattr(ours[0], "ci95_ms", None) or (medians[0], medians[0])  # a Timing's extra figure
         median = float(np.median(medians))
         speedups = defaultdict(list)
         for r in runs.values():
-            for label, m in r["measurements"].items():
-                if label != WORKBENCH_LABEL and m.get("median_ms"):
-                    speedups[label].append(m["median_ms"] / r["measurements"][WORKBENCH_LABEL]["median_ms"])
-        accuracy = [r.get("accuracy", {}).get(WORKBENCH_LABEL, {}).get("ok") for r in runs.values()]
+            for label, m in r.measurements.items():
+                if label != WORKBENCH_LABEL and m.median_ms:
+                    speedups[label].append(m.median_ms / r.measurements[WORKBENCH_LABEL].median_ms)
+        accuracy = [r.accuracy[WORKBENCH_LABEL].ok if WORKBENCH_LABEL in r.accuracy else None for r in runs.values()]
         distinct = sorted({m["pipeline_text"] for m in members}, key=lambda t: min(
             x["position"] for x in members if x["pipeline_text"] == t))
         first = results[members[0]["run_id"]]
@@ -86,12 +86,12 @@ def ranked_rows(folder: Path) -> tuple[list[dict], list[dict], dict]:
             "members": sorted({m["id"] for m in members}), "grid": json.loads(members[0]["grid_json"] or "{}"),
             "repeats": len(runs), "median_ms": median, "ci_low": float(low), "ci_high": float(high),
             "speedup": {label: float(np.median(vals)) for label, vals in sorted(speedups.items())},
-            "kernels": first.get("kernels", {}).get(WORKBENCH_LABEL),
+            "kernels": first.kernels.get(WORKBENCH_LABEL),
             "accuracy_ok": None if None in accuracy else all(accuracy),
             "structural_hash": members[0]["structural_hash"],
-            "passes": [p["name"] for p in first.get("passes", [])],
+            "passes": [p.name for p in first.passes],
             "tuned": bool(members[0].get("tuned")),
-            "covered": len(first["tuning"].get("covered", [])) if first.get("tuning") else None,
+            "covered": len(first.tuning.get("covered", [])) if first.tuning else None,
         })
     for tuned in (False, True):
         _rank([r for r in rows if r["tuned"] == tuned])

@@ -23,6 +23,7 @@ from typing import Any
 from rich.progress import Progress
 
 from workbench.atomic import atomic_write_json
+from workbench.record.result import RunResult
 from workbench.sweep.spec import SWEEP_MARKER, Sweep, Variant, short_digest
 from workbench.sweep.store import SweepStore
 from workbench.sweep.tuning import tune_classes
@@ -68,7 +69,7 @@ class SweepRun:
         remaining = len(self.sweep.variants) - self._done() - self.failed
         return f"done [green]{self._done()}[/] failed [red]{self.failed}[/] remaining {remaining} · best median {best}"
 
-    def _record(self, members: list[Variant], status: str, result: dict | None = None, **columns: Any) -> None:
+    def _record(self, members: list[Variant], status: str, result: RunResult | None = None, **columns: Any) -> None:
         run_id = self.store.record(members, status, result=result, **columns)
         for v in members:
             self.rows[v.id] = {"id": v.id, "status": status, "run_id": run_id, "repeat": v.repeat, **columns}
@@ -140,7 +141,8 @@ class SweepRun:
             common = dict(structural_hash=c.hash, class_id=key[0], representative=c.members[0].id,
                           seconds=time.monotonic() - c.started)
             if ok:
-                self._record(c.members, "done", result=value["result"], median_ms=value["median_ms"], **common)
+                self._record(c.members, "done", result=RunResult.from_json(value["result"], f"variant {c.members[0].id}"),
+                             median_ms=value["median_ms"], **common)
             else:
                 self._record(c.members, "failed", error=value, **common)
 

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from workbench.record.result import RunResult
 from workbench.sweep.spec import Variant
 
 
@@ -48,7 +49,7 @@ class SweepStore:
             if "tuned" not in have:  # a store written before sweeps were tuned
                 self.db.execute("ALTER TABLE sweep_variants ADD COLUMN tuned INTEGER")
 
-    def record(self, variants: list[Variant], status: str, *, result: dict | None = None, run_id: int | None = None,
+    def record(self, variants: list[Variant], status: str, *, result: RunResult | None = None, run_id: int | None = None,
                **columns: Any) -> int | None:
         """Record `variants` with one status; with `result`, first add that run and refer to it. Return the run id."""
 

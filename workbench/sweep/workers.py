@@ -107,7 +107,7 @@ class VariantRunner:
         optimized = self.optimized_module(experiment, config)  # usually run already, by this worker's hash task
         result = run_experiment(experiment, Path(self.setup.base_dir), console=Console(file=io.StringIO()), store=False,
                                 builds=self.builds, prepared=self.prepared(experiment), optimized=optimized)
-        return {"result": result, "median_ms": result["measurements"][WORKBENCH_LABEL].get("median_ms")}
+        return {"result": result.to_json(), "median_ms": result.measurements[WORKBENCH_LABEL].median_ms}
 
 
 _RUNNER: VariantRunner | None = None
