@@ -17,12 +17,10 @@ stage, so the log of a long run reads well without a terminal.
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import tempfile
 from collections.abc import Callable
 from datetime import datetime
-from importlib import metadata
 from pathlib import Path
 
 from workbench.compile.targets import host_cpu, make_target, target_key
@@ -34,29 +32,9 @@ from workbench.runtime.threads import target_threads
 from workbench.models.corpus import CORPUS_FILE, load_corpus
 from workbench.config.pipeline_spec import to_text
 from workbench.record.corpus_table import Setting, write
+from workbench.record.results_page import cpu_name, versions
 
 ROOT = Path(__file__).resolve().parent.parent
-VERSIONED = {"tvm": "apache-tvm", "onnxruntime": "onnxruntime", "onnx": "onnx", "iree": "iree-base-compiler"}
-
-
-def cpu_name() -> str:
-    """The CPU's model name as the OS reports it (Linux: /proc/cpuinfo), else the platform's word for it."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        lines = []
-    named = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
-    return named or platform.processor() or host_cpu()
-
-
-def versions() -> dict[str, str]:
-    found = {}
-    for name, dist in VERSIONED.items():
-        try:
-            found[name] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return {**found, "python": platform.python_version()}
 
 
 def progress(prefix: str) -> Callable[[str], None]:

@@ -25,13 +25,15 @@ from rich.table import Table
 
 from workbench.compile.build import build_tvm_default
 from workbench.compile.databases import applied_database
-from workbench.compile.targets import target_key
+from workbench.compile.targets import host_cpu, target_key
 from workbench.config import load_experiment
 from workbench.errors import BaselineUnavailable
 from workbench.stages import build, optimize, prepare
 from workbench.measure.iree import iree_runner
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
 from workbench.measure.timing import interleaved_medians
+from workbench.record.results_page import Machine, write_results_page
+from workbench.runtime.threads import cpu_threads
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = "quickstart,mobilenet_block,transformer_block,rapidocr_det"
@@ -73,20 +75,33 @@ def bench_config(config: Path, repeat: int, rounds: int, console: Console) -> di
     return row
 
 
+COLUMNS = ("config", "workbench ms", *(f"{label} ms" for label in BASELINES), "ort_all/workbench", "iree/workbench",
+           "max abs err vs ort_all", "database")
+TITLE = "Tuned workbench vs ONNX Runtime, IREE, TVM default"
+
+
+def cells(row: dict) -> list[str]:
+    """One row as display strings (the console table and the docs/results page share them)."""
+    def cell(key: str, suffix: str = "", fmt: str = ".3f") -> str:
+        return "—" if row.get(key) is None else f"{row[key]:{fmt}}{suffix}"
+
+    return [row["config"], cell("workbench ms"), *(cell(f"{label} ms") for label in BASELINES),
+            cell("ort_all/workbench", "×", ".2f"), cell("iree/workbench", "×", ".2f"),
+            cell("max abs err vs ort_all", fmt=".1e"), row["database"]]
+
+
+def protocol(repeat: int, rounds: int) -> str:
+    return (f"Each config's workbench build as `workbench run` makes it (its pipeline and the database that fits this "
+            f"CPU), timed with the baselines in {rounds} interleaved rounds of {repeat} runs in one process; "
+            "ratios are the baseline's median / the workbench median (> 1: the workbench is faster).")
+
+
 def table_of(rows: list[dict], repeat: int, rounds: int) -> Table:
-    table = Table(title=f"tuned workbench vs ONNX Runtime, IREE, TVM default ({rows[0]['target']}, "
-                        f"median of {rounds} interleaved rounds x {repeat} runs)")
-    columns = ["config", "workbench ms", *(f"{label} ms" for label in BASELINES), "ort_all/workbench",
-               "iree/workbench", "max abs err vs ort_all", "database"]
-    for column in columns:
+    table = Table(title=f"{TITLE} ({rows[0]['target']}, median of {rounds} interleaved rounds x {repeat} runs)")
+    for column in COLUMNS:
         table.add_column(column, justify="left" if column in ("config", "database") else "right", overflow="fold")
     for row in rows:
-        def cell(key: str, suffix: str = "", fmt: str = ".3f") -> str:
-            return "—" if row.get(key) is None else f"{row[key]:{fmt}}{suffix}"
-
-        table.add_row(row["config"], cell("workbench ms"), *(cell(f"{label} ms") for label in BASELINES),
-                      cell("ort_all/workbench", "×", ".2f"), cell("iree/workbench", "×", ".2f"),
-                      cell("max abs err vs ort_all", fmt=".1e"), row["database"])
+        table.add_row(*cells(row))
     return table
 
 
@@ -96,6 +111,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per label per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", help="also write the rows to this JSON file")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results",
+                        help="folder for the page cpu_<this CPU>.md")
     args = parser.parse_args()
     console = Console(width=max(Console().width, 200))
     rows = []
@@ -105,6 +122,10 @@ def main() -> None:
         console.print(f"{rows[-1]['config']}: workbench {rows[-1]['workbench ms']:.3f} ms, "
                       f"ort_all/workbench {rows[-1]['ort_all/workbench']:.2f}×")
     console.print(table_of(rows, args.repeat, args.rounds))
+    machine = Machine(target=rows[0]["target"], threads=cpu_threads())
+    page = write_results_page(args.out, f"cpu_{host_cpu()}", TITLE, machine, protocol(args.repeat, args.rounds),
+                              COLUMNS, [cells(row) for row in rows])
+    console.print(f"wrote {page}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 

@@ -1,0 +1,64 @@
+"""The pages the `scripts/bench_*.py` benchmarks write into docs/results/: one Markdown file per benchmark and CPU,
+headed by where, when and how it ran (the CPU's model name, the TVM target, the threads every runtime had, the
+versions), so a measured table is never a hand-copied one without its machine.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+
+from workbench.atomic import atomic_write_text
+from workbench.record.report import markdown_table
+
+VERSIONED = {"tvm": "apache-tvm", "onnxruntime": "onnxruntime", "onnx": "onnx", "iree": "iree-base-compiler"}
+
+
+def cpu_name() -> str:
+    """The CPU's model name as the OS reports it (Linux: /proc/cpuinfo), else the platform's word for it."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    named = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
+    return named or platform.processor() or platform.machine()
+
+
+def versions() -> dict[str, str]:
+    """The installed versions of the runtimes a benchmark compares."""
+    found = {}
+    for name, dist in VERSIONED.items():
+        try:
+            found[name] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where a benchmark ran."""
+
+    target: str  # the TVM target key, e.g. llvm-znver2
+    threads: int  # every runtime's kernels ran on this many threads
+    cpu: str = field(default_factory=cpu_name)
+    date: str = field(default_factory=lambda: datetime.now().strftime("%Y-%m-%d %H:%M"))
+    versions: dict[str, str] = field(default_factory=versions)
+
+    def lines(self) -> str:
+        listed = ", ".join(f"{name} {version}" for name, version in self.versions.items())
+        return (f"- CPU: {self.cpu} (TVM target `{self.target}`), {self.threads} threads for every runtime\n"
+                f"- date: {self.date}\n- versions: {listed}")
+
+
+def write_results_page(out_dir: Path, stem: str, title: str, machine: Machine, protocol: str,
+                       header: tuple[str, ...], rows: list[list[str]], notes: str = "") -> Path:
+    """Write `<stem>.md` into `out_dir`: the title with the CPU and date, the machine, the protocol (how it was
+    measured), the table and any notes; return its path."""
+    text = "\n\n".join(part for part in (
+        f"# {title} on {machine.cpu}, {machine.date}", machine.lines(), protocol, markdown_table(header, rows), notes)
+        if part)
+    return atomic_write_text(Path(out_dir) / f"{stem}.md", text + "\n")
