@@ -26,12 +26,14 @@ from rich.console import Console
 from rich.table import Table
 
 from workbench.compile.build import build_tvm_default
-from workbench.compile.targets import make_target
+from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment, TargetConfig, load_experiment, validate
 from workbench.errors import BaselineUnavailable
 from workbench.stages import Prepared, build, optimize, prepare
 from workbench.measure.iree import iree_runner
 from workbench.measure.timing import interleaved_medians
+from workbench.record.results_page import Machine, rich_rows, write_results_page
+from workbench.runtime.threads import cpu_threads
 from workbench.models import zoo
 from workbench.config.pipeline_spec import parse_text
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
@@ -110,6 +112,7 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--pipelines", default=PIPELINES, help="workbench candidates, ';'-separated pipeline texts")
     parser.add_argument("--database", help="a MetaSchedule database folder: tuned builds join the candidates")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results", help="folder for the docs/results page")
     args = parser.parse_args()
     database = None
     if args.database:
@@ -122,7 +125,14 @@ def main() -> None:
         rows.append(bench_model(name, args.pipelines.split(";"), args.repeat, args.rounds, console, database))
         for label, note in rows[-1]["notes"].items():
             console.print(f"{name}: {label} {note}")
-    console.print(table_of(rows, args.repeat, args.rounds))
+    table = table_of(rows, args.repeat, args.rounds)
+    console.print(table)
+    machine = Machine(target=target_key(make_target(TargetConfig())), threads=cpu_threads())
+    protocol = (f"The best workbench pipeline per model against IREE, ONNX Runtime and TVM's default pipeline, "
+                f"{args.rounds} interleaved rounds of {args.repeat} runs in one process.")
+    page = write_results_page(args.out, f"compilers_{host_cpu()}", "Workbench vs other compilers", machine, protocol,
+                              *rich_rows(table))
+    console.print(f"wrote {page}")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from workbench.compile.build import build_lowered
 from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE, applied_database, choose_database
-from workbench.compile.targets import make_target, target_key
+from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.stages import optimized_module
 from workbench.stages.tuning import tune_experiment
 from workbench.config import Experiment, load_experiment
@@ -35,6 +35,8 @@ from workbench.models.inputs import canonical_model, make_inputs
 from workbench.measure.iree import iree_runner
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
 from workbench.measure.timing import interleaved_medians
+from workbench.record.results_page import Machine, rich_rows, write_results_page
+from workbench.runtime.threads import cpu_threads
 
 ROOT = Path(__file__).resolve().parent.parent
 NCHW = "pipeline=fold_constant,fold_batchnorm,fuse,dce"
@@ -140,6 +142,7 @@ def main() -> None:
     parser.add_argument("--no-tune", action="store_true", help="do not tune the variants' own databases first")
     parser.add_argument("--tune-only", action="store_true", help="tune the variants' own databases, then stop")
     parser.add_argument("--json", help="also write the rows to this JSON file")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results", help="folder for the docs/results page")
     args = parser.parse_args()
     console = Console(width=max(Console().width, 180))
     config = ROOT / "configs" / f"{args.config}.yaml"
@@ -178,6 +181,13 @@ def main() -> None:
     for row in rows:
         table.add_row(row["variant"], f"{row['median_ms']:.3f}", f"{row['ort_all_over_this']:.2f}×", row["note"])
     console.print(table)
+    machine = Machine(target=target_key(make_target(base.target)), threads=cpu_threads())
+    tuned = "variants tuned first" if not args.no_tune else "--no-tune"
+    protocol = (f"Each lever built on its own for this CPU and timed with ort_all and IREE in {args.rounds} "
+                f"interleaved rounds of {args.repeat} runs in one process ({tuned}).")
+    page = write_results_page(args.out, f"levers_{args.config}_{host_cpu()}", f"{args.config}: each lever on its own",
+                              machine, protocol, *rich_rows(table))
+    console.print(f"wrote {page}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 

@@ -15,9 +15,12 @@ import tvm
 from rich.console import Console
 from rich.table import Table
 
+from workbench.compile.targets import host_cpu
 from workbench.config import load_experiment
 from workbench.stages import build, optimize, prepare
 from workbench.measure.timing import time_call
+from workbench.record.results_page import Machine, rich_rows, write_results_page
+from workbench.runtime.threads import cpu_threads
 from workbench.config.pipeline_spec import parse_text
 from workbench.measure.runners import tvm_runner
 
@@ -55,10 +58,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results", help="folder for the docs/results page")
     args = parser.parse_args()
     console = Console()
+    machine = Machine(target="llvm", threads=cpu_threads())
     for label in args.models.split(","):
-        console.print(bench_model(label, MODELS[label], args.repeat, console))
+        table = bench_model(label, MODELS[label], args.repeat, console)
+        console.print(table)
+        protocol = (f"Each pass alone, then the full pipeline, built untuned for generic llvm; median of "
+                    f"{args.repeat} runs.")
+        page = write_results_page(args.out, f"passes_{label}_{host_cpu()}", f"{label}: where each pass helps", machine,
+                                  protocol, *rich_rows(table))
+        console.print(f"wrote {page}")
 
 
 if __name__ == "__main__":

@@ -12,3 +12,16 @@ def test_a_page_is_headed_by_the_cpu_date_threads_and_versions(tmp_path):
     assert page.name == "cpu_znver2.md" and text.startswith(f"# Tuned workbench vs ONNX Runtime on {cpu_name()}, ")
     assert "TVM target `llvm-znver2`), 2 threads for every runtime" in text and "onnxruntime " in text
     assert "| config | ratio |\n|---|---|\n| quickstart | 0.91× |" in text and text.endswith("committed database\n")
+
+
+def test_a_printed_rich_table_becomes_the_pages_rows():
+    from rich.table import Table
+
+    from workbench.record.results_page import rich_rows
+
+    table = Table(title="levers")
+    for column in ("variant", "median ms"):
+        table.add_column(column)
+    table.add_row("quickstart", "0.615")
+    table.add_row("untuned", "0.398")
+    assert rich_rows(table) == (("variant", "median ms"), [["quickstart", "0.615"], ["untuned", "0.398"]])

@@ -11,6 +11,8 @@ from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 
+from rich.table import Table
+
 from workbench.atomic import atomic_write_text
 from workbench.record.report import markdown_table
 
@@ -62,3 +64,10 @@ def write_results_page(out_dir: Path, stem: str, title: str, machine: Machine, p
         f"# {title} on {machine.cpu}, {machine.date}", machine.lines(), protocol, markdown_table(header, rows), notes)
         if part)
     return atomic_write_text(Path(out_dir) / f"{stem}.md", text + "\n")
+
+
+def rich_rows(table: Table) -> tuple[tuple[str, ...], list[list[str]]]:
+    """A rich table's header and rows as text, for a script that prints its table and writes the same one."""
+    header = tuple(str(column.header) for column in table.columns)
+    columns = [[str(cell) for cell in column.cells] for column in table.columns]
+    return header, [list(row) for row in zip(*columns)]
