@@ -27,13 +27,16 @@ import numpy as np
 from rich.console import Console
 from tvm.target import codegen
 
-from workbench.compile.targets import make_target
+from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment, TargetConfig, load_experiment
 from workbench.experiment import calibration_samples, ort_int8_model
 from workbench.models.accuracy import compare
 from workbench.stages import build, optimize, prepare
 from workbench.measure.runners import ort_runner, tvm_runner
 from workbench.measure.timing import time_call
+from workbench.record.report import markdown_table
+from workbench.record.results_page import Machine, write_results_page
+from workbench.runtime.threads import cpu_threads
 from workbench.kernels.packed_conv import vnni_target
 from workbench.config.pipeline_spec import PassSpec, parse_text, to_text
 
@@ -162,20 +165,25 @@ def bench_model(name: str, repeat: int, console: Console) -> list[dict]:
     return rows
 
 
+HEADER = ("model", "variant", "median ms", "vs fp32 workbench", "vs ort_all", "cosine", "max abs err",
+          "top-1 (calib.)", "note")
+
+
+def cells(r: dict) -> list[str]:
+    top1 = f"{r['top1']:.2f}" if r["top1"] is not None else "—"
+    return [r["model"], r["variant"], f"{r['median_ms']:.2f}", f"{r['vs_fp32']:.2f}×", f"{r['vs_ort_all']:.2f}×",
+            f"{r['cosine']:.5f}", f"{r['max_abs_err']:.2e}", top1, r["note"]]
+
+
 def markdown(rows: list[dict]) -> str:
-    lines = ["| model | variant | median ms | vs fp32 workbench | vs ort_all | cosine | max abs err | top-1 (calib.) "
-             "| note |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        top1 = f"{r['top1']:.2f}" if r["top1"] is not None else "—"
-        lines.append(f"| {r['model']} | {r['variant']} | {r['median_ms']:.2f} | {r['vs_fp32']:.2f}× | "
-                     f"{r['vs_ort_all']:.2f}× | {r['cosine']:.5f} | {r['max_abs_err']:.2e} | {top1} | {r['note']} |")
-    return "\n".join(lines)
+    return markdown_table(HEADER, [cells(r) for r in rows])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results", help="folder for the docs/results page")
     args = parser.parse_args()
     console = Console(stderr=True)
     rows = []
@@ -183,6 +191,12 @@ def main() -> None:
         rows += bench_model(name, args.repeat, console)
         console.print(markdown(rows))
     print(markdown(rows))
+    machine = Machine(target=target_key(make_target(TargetConfig())), threads=cpu_threads())
+    protocol = (f"fp32, int8 (symmetric, asymmetric) and fp16 workbench builds against ONNX Runtime (fp32 and its own "
+                f"static INT8), median of {args.repeat} runs each; accuracy against the fp32 reference.")
+    page = write_results_page(args.out, f"precision_{host_cpu()}", "Precision: INT8 and FP16", machine, protocol,
+                              HEADER, [cells(r) for r in rows])
+    console.print(f"wrote {page}")
 
 
 if __name__ == "__main__":

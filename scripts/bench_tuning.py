@@ -21,7 +21,9 @@ from workbench.stages import build, optimize, prepare  # noqa: E402
 from workbench.measure.timing import time_call  # noqa: E402
 from workbench.measure.runners import ort_runner, tvm_runner  # noqa: E402
 from workbench.compile.databases import choose_database  # noqa: E402
-from workbench.compile.targets import target_key  # noqa: E402
+from workbench.compile.targets import host_cpu, target_key  # noqa: E402
+from workbench.record.results_page import Machine, write_results_page  # noqa: E402
+from workbench.runtime.threads import cpu_threads  # noqa: E402
 from workbench.compile.databases import open_database  # noqa: E402
 
 
@@ -30,6 +32,8 @@ def main() -> None:
     parser.add_argument("config", nargs="?", default="configs/quickstart.yaml")
     parser.add_argument("--database", help="schedule database folder (default: the config's)")
     parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "results",
+                        help="folder for the docs/results page")
     args = parser.parse_args()
 
     base = Path.cwd()
@@ -54,11 +58,19 @@ def main() -> None:
     for label, runner in runners.items():
         medians[label] = time_call(runner.run_once, 5, args.repeat, runner.sync).median_ms
     covered, fallback = tuned.tuning["covered"], tuned.tuning["fallback"]
-    print(f"{experiment.name} ({experiment.model.source}) on {target_key(target)}; database {database_dir}: "
-          f"{len(covered)} kernels tuned, {len(fallback)} default ({', '.join(fallback) or 'none'})")
+    setting = (f"{experiment.name} ({experiment.model.source}) on {target_key(target)}; database {database_dir}: "
+               f"{len(covered)} kernels tuned, {len(fallback)} default ({', '.join(fallback) or 'none'})")
+    print(setting)
     print(f"{'label':<20}{'median ms':>10}{'tuned speedup':>15}")
     for label, median in medians.items():
         print(f"{label:<20}{median:>10.3f}{median / medians['workbench tuned']:>14.2f}x")
+    best = medians["workbench tuned"]
+    rows = [[label, f"{median:.3f}", f"{median / best:.2f}×"] for label, median in medians.items()]
+    page = write_results_page(args.out, f"tuning_{experiment.name}_{host_cpu()}", f"{experiment.name}: tuned, untuned",
+                              Machine(target=target_key(target), threads=cpu_threads()),
+                              f"{setting}; median of {args.repeat} runs per label.",
+                              ("label", "median ms", "tuned speedup"), rows)
+    print(f"wrote {page}")
     print(f"tuned / untuned: {medians['workbench untuned'] / medians['workbench tuned']:.1f}x faster; "
           f"tuned vs ort_all: {medians['workbench tuned'] / medians['ort_all']:.1f}x slower")
 
