@@ -5,6 +5,10 @@ Shared by `workbench tune CONFIG` and by `workbench run` when `tuning.tune: true
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import tvm
@@ -24,14 +28,58 @@ def tuning_config(experiment: Experiment) -> TuningConfig:
     return experiment.tuning or TuningConfig()
 
 
+PLAIN_EVERY_S = 30.0  # where no terminal shows the live bars, a status line at least this often
+
+
 def _best(result: TaskResult) -> str:
     return f"best {result.best_us:9.1f} µs" if result.best_us is not None else "best         —"
+
+
+@contextmanager
+def plain_progress(console: Console, every_s: float = PLAIN_EVERY_S) -> Iterator[Callable[[TaskResult], None]]:
+    """Progress for a log with no terminal (CI, nohup, a notebook): rich's bars draw nothing there until the end, so a
+    plain line (elapsed, trials done of the budget, the task being tuned and its best so far) is printed at least
+    every `every_s` seconds and once at the end. Yields the callback `tune_tasks` reports each task's state to."""
+    latest: dict[str, TaskResult] = {}
+    current: list[str] = []
+    started, stop, lock = time.monotonic(), threading.Event(), threading.Lock()
+
+    def line() -> str:
+        with lock:  # the beat reads while the tuning loop reports
+            return _line()
+
+    def _line() -> str:
+        done, budget = sum(min(r.trials, r.budget) for r in latest.values()), sum(r.budget for r in latest.values())
+        now = latest[current[-1]] if current else None
+        best = f"best {now.best_us:.1f} µs" if now and now.best_us is not None else "best —"
+        task = (f"; {now.name}: {min(now.trials, now.budget)}/{now.budget}, {best}"
+                + (f" ({'; '.join(now.flags)})" if now.flags else "")) if now else ""
+        return f"tuning {time.monotonic() - started:5.0f} s: {done}/{budget} trials, {len(latest)} tasks{task}"
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            console.print(line(), highlight=False)
+
+    def report(result: TaskResult) -> None:
+        with lock:
+            latest[result.name] = result
+            current.append(result.name)
+
+    thread = threading.Thread(target=beat, name="tuning-progress", daemon=True)
+    thread.start()
+    try:
+        yield report
+    finally:
+        stop.set()
+        thread.join()
+        console.print(line(), highlight=False)
 
 
 def tune_optimized(optimized: tvm.IRModule, target: tvm.target.Target, experiment: Experiment, base_dir: Path,
                    console: Console) -> tuple[list[TaskResult], Path]:
     """Extract the tasks of the pipeline's output and tune them into the database folder of `target`, one progress
-    row per task; return the per-task results and that folder."""
+    row per task (on a terminal; elsewhere plain lines, `plain_progress`); return the per-task results and that
+    folder."""
     config = tuning_config(experiment)
     tasks = extract_tasks(tuning_module(optimized, target, config.layout_rewrite), target)
     database = tuning_folder(experiment.database_root(base_dir), target)
@@ -39,6 +87,9 @@ def tune_optimized(optimized: tvm.IRModule, target: tvm.target.Target, experimen
     rows: dict[str, int] = {}
     columns = (TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[best]}"), TextColumn("{task.fields[note]}"), TimeElapsedColumn())
+    if not console.is_terminal:
+        with plain_progress(console) as report:
+            return tune_tasks(tasks, target, config, database, log_dir, progress=report), database
     with Progress(*columns, console=console) as bar:
         def show(result: TaskResult) -> None:
             note = "; ".join(result.flags)
