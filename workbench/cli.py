@@ -1,4 +1,4 @@
-"""The `workbench` command: verbs run, tune, profile, passes, report, sweep.
+"""The `workbench` command: verbs run, tune, profile, passes, report, runs, compare, sweep.
 
 Exit codes: 0 success, 2 a user mistake (one readable message; traceback only with --debug),
 1 a run whose accuracy reference could not run (one message; what was measured is kept) or an internal
@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # the config module is imported by the verbs that need it, no
 # Tables are wide: when output is not a terminal (CI logs, pipes), do not squeeze them into 80 columns.
 stdout = Console(width=None if sys.stdout.isatty() else 140)
 stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+
+DEFAULT_STORE = "runs/results.sqlite"  # where `workbench run` writes, from the quickstart's output
 
 
 def _print_run(result: RunResult, experiment: Experiment) -> None:
@@ -151,6 +153,32 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_runs(args: argparse.Namespace) -> int:
+    from workbench.record.listing import listing_csv, listing_json, listing_rows, listing_table
+    from workbench.record.store import ResultsStore
+
+    with ResultsStore.open_existing(Path(args.store)) as store:
+        rows = listing_rows(store.find(args.name, args.model, args.target, args.since, args.limit))
+    if args.json:
+        print(listing_json(rows))
+    elif args.csv:
+        print(listing_csv(rows), end="")
+    else:
+        stdout.print(listing_table(rows, f"{_shown(Path(args.store))}: {len(rows)} runs, newest first"))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from workbench.record.compare import compare_figure, compare_view, load_runs
+    from workbench.record.report import save_png
+
+    runs = load_runs(args.runs, Path(args.store))
+    stdout.print(compare_view(runs))
+    if args.png:
+        stdout.print(f"Wrote {save_png(compare_figure(runs), Path(args.png))}")
+    return 0
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks for every error")
@@ -184,11 +212,36 @@ def make_parser() -> argparse.ArgumentParser:
 
     report = verbs.add_parser("report", help="rebuild report.md and the table from a run folder")
     report.add_argument("run_dir", help="a run folder (or its result.json)")
+    runs = verbs.add_parser("runs", help="list the runs of a results store, newest first",
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="example:\n  workbench runs --name quickstart --target rocketlake --limit 5\n"
+                                   "  workbench runs --since 2026-12-01 --csv > runs.csv")
+    runs.add_argument("--store", default=DEFAULT_STORE, help=f"results store (default {DEFAULT_STORE})")
+    runs.add_argument("--name", help="only the runs of this experiment name")
+    runs.add_argument("--model", metavar="SUBSTR", help="only runs whose model source contains SUBSTR")
+    runs.add_argument("--target", metavar="SUBSTR", help="only runs whose target (e.g. llvm-znver3) contains SUBSTR")
+    runs.add_argument("--since", metavar="DATE", help="only runs created on or after DATE (ISO, e.g. 2026-12-01)")
+    runs.add_argument("--limit", type=int, metavar="N", help="at most N runs")
+    form = runs.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    form.add_argument("--csv", action="store_true", help="print CSV instead of the table")
+    runs.set_defaults(handler=cmd_runs)
+
+    compare = verbs.add_parser("compare", help="runs side by side: what differs, medians with 95%% CI, ops, profile",
+                               formatter_class=argparse.RawDescriptionHelpFormatter,
+                               epilog="RUN is a store id (see `workbench runs`) or a run folder, e.g.\n"
+                                      "  workbench compare 3 7 --png compare.png\n"
+                                      "  workbench compare runs/quickstart 12")
+    compare.add_argument("runs", nargs="+", metavar="RUN", help="store id or run folder (two or more)")
+    compare.add_argument("--store", default=DEFAULT_STORE, help=f"results store for ids (default {DEFAULT_STORE})")
+    compare.add_argument("--png", metavar="FILE", help="also write a bar chart of each label's median per run")
+    compare.set_defaults(handler=cmd_compare)
+
     from workbench.sweep import command as sweep_verb  # light import (no TVM): the verb and the report dispatch
 
     report.set_defaults(handler=sweep_verb.report_dispatch(cmd_report, stdout))  # a sweep folder: the sweep report
     sweep = sweep_verb.add_parser(verbs, stdout, stderr)
-    for sub in (run, tune, profile, passes, report, sweep):
+    for sub in (run, tune, profile, passes, report, runs, compare, sweep):
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return parser
 

@@ -54,6 +54,16 @@ BUSY_TIMEOUT_MS = 60_000
 ROW_COLUMNS = ("run_id", "name", "created", "pipeline_text", "target", "label", "median_ms", "p90_ms", "repeats",
                "kernels", "max_abs_err", "max_rel_err", "accuracy_ok", "note")
 RUN_COLUMNS = ("id", "name", "created", "config_hash", "model_source", "target", "pipeline_text")
+# `find`'s row: the run's columns, what its target resolved to, its status and two labels' medians
+FIND_SELECT = (
+    "SELECT r.id, r.name, r.created, r.model_source, r.target, r.pipeline_text,"
+    " coalesce(json_extract(r.result_json, '$.target_resolved.key'), r.target) AS target_key,"
+    " json_extract(r.result_json, '$.status') AS status,"
+    " w.median_ms AS workbench_ms, o.median_ms AS ort_all_ms"
+    " FROM runs r"
+    " LEFT JOIN measurements w ON w.run_id = r.id AND w.label = 'workbench'"
+    " LEFT JOIN measurements o ON o.run_id = r.id AND o.label = 'ort_all'"
+)
 
 
 def _text(value: Any) -> str | None:
@@ -162,6 +172,30 @@ class ResultsStore:
             query, params = query + " WHERE name = ?", (name,)
         return [dict(row) for row in self.db.execute(query + " ORDER BY id", params)]
 
+    def find(self, name: str | None = None, model: str | None = None, target: str | None = None,
+             since: str | None = None, limit: int | None = None) -> list[dict]:
+        """One row per run, newest first, for `workbench runs`: filtered here in SQL so a store of thousands of
+        runs is never loaded whole. `model` and `target` match a substring (of the model source, and of the
+        resolved target key or the configured target); `since` keeps runs created on or after that ISO date."""
+        clauses, params = [], []
+        if name is not None:
+            clauses.append("r.name = ?")
+            params.append(name)
+        if model is not None:
+            clauses.append("instr(r.model_source, ?) > 0")
+            params.append(model)
+        if target is not None:
+            clauses.append("(instr(target_key, ?) > 0 OR instr(r.target, ?) > 0)")
+            params += [target, target]
+        if since is not None:
+            clauses.append("r.created >= ?")
+            params.append(since)
+        query = FIND_SELECT + (" WHERE " + " AND ".join(clauses) if clauses else "") + " ORDER BY r.id DESC"
+        if limit is not None:
+            query += " LIMIT ?"
+            params.append(limit)
+        return [dict(row) for row in self.db.execute(query, params)]
+
     def measurement_rows(self, run_ids: list[int] | None = None) -> list[dict]:
         """Flat rows, one per (run, label) in the order measured, with the run's name, pipeline and target."""
         columns = ", ".join(f"r.{c}" if c in ("name", "created", "pipeline_text", "target") else f"m.{c}"
@@ -180,6 +214,20 @@ class ResultsStore:
         writer.writeheader()
         writer.writerows(self.measurement_rows(run_ids))
         return atomic_write_text(path, buffer.getvalue())
+
+    @classmethod
+    def open_existing(cls, path: Path) -> ResultsStore:
+        """A store the user named for reading: a missing path or a file that is not a SQLite store is their
+        mistake (a UserError), not a new empty store made for them nor an internal error."""
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"{path}: no results store here; `workbench run` writes one (default runs/results.sqlite)")
+        try:
+            store = cls(path)
+            store.db.execute("SELECT 1 FROM runs LIMIT 1")
+        except sqlite3.DatabaseError as exc:
+            raise UserError(f"{path}: not a workbench results store ({exc})") from exc
+        return store
 
     def close(self) -> None:
         self.db.close()
