@@ -1,4 +1,4 @@
-"""The `workbench` command: verbs run, tune, profile, passes, report, runs, compare, sweep.
+"""The `workbench` command: verbs run, tune, profile, passes, inspect, report, runs, compare, sweep.
 
 Exit codes: 0 success, 2 a user mistake (one readable message; traceback only with --debug),
 1 a run whose accuracy reference could not run (one message; what was measured is kept) or an internal
@@ -47,17 +47,16 @@ def _print_run(result: RunResult, experiment: Experiment) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from workbench.config import load_experiment
     from workbench.experiment import run_experiment
 
     overrides = list(args.set or [])
     if args.pipeline is not None:
         overrides.append(f"pipeline={json.dumps(args.pipeline)}")
-    experiment = load_experiment(Path(args.config), overrides)
+    experiment, config_path = _run_config(args, overrides)
     args.log_dir = experiment.output_dir(Path.cwd())
     try:
         result = run_experiment(experiment, Path.cwd(), stderr, Path(args.dump_ir) if args.dump_ir else None,
-                                config_path=Path(args.config))
+                                config_path=config_path)
     except ReferenceFailed as exc:  # what was measured is still shown; `main` then says why the run failed
         _print_run(exc.result, experiment)
         raise
@@ -179,6 +178,42 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_config(args: argparse.Namespace, overrides: list[str]) -> tuple[Experiment, Path | None]:
+    """The experiment `run` runs: the YAML file's, or one made from `--model` (inputs from the model, dynamic dims
+    from --input; written to --save-config so the next step is editing a file), and the config path to show."""
+    from workbench.config import load_experiment, validate
+    from workbench.models.summary import parse_input_flags
+    from workbench.stages.inspect import model_experiment_data, save_experiment
+
+    if (args.config is None) == (args.model is None):
+        raise UserError("give an experiment YAML file or --model PATH_OR_SOURCE (exactly one of them), e.g. "
+                        "workbench run configs/quickstart.yaml, or workbench run --model my.onnx --input x=1x3x224x224")
+    if args.config is not None:
+        if args.input or args.save_config:
+            raise UserError("--input and --save-config go with --model; a config file sets model.inputs itself")
+        return load_experiment(Path(args.config), overrides), Path(args.config)
+    data = model_experiment_data(args.model, Path.cwd(), parse_input_flags(args.input or []), overrides)
+    if not args.save_config:
+        return validate(data, f"--model {args.model}"), None
+    experiment = save_experiment(data, Path(args.save_config))
+    stdout.print(f"Wrote {_shown(Path(args.save_config))}: the experiment this run runs (edit it, then "
+                 f"`workbench run {_shown(Path(args.save_config))}`)")
+    return experiment, Path(args.save_config)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from workbench.models.summary import parse_input_flags
+    from workbench.stages.inspect import inspect_target, inspection_tables
+
+    inspection = inspect_target(args.target, Path.cwd(), parse_input_flags(args.input or []), args.pipeline)
+    if args.json:
+        print(json.dumps(inspection.to_json(), indent=2))
+        return 0
+    for shown in inspection_tables(inspection):
+        stdout.print(shown)
+    return 0
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks for every error")
@@ -187,7 +222,13 @@ def make_parser() -> argparse.ArgumentParser:
     run = verbs.add_parser("run", help="run one experiment: import, pipeline, build, measure vs baselines",
                            formatter_class=argparse.RawDescriptionHelpFormatter,
                            epilog="baselines (`baselines:` in the config):\n" + baselines_help())
-    run.add_argument("config", help="experiment YAML file")
+    run.add_argument("config", nargs="?", help="experiment YAML file (or give --model instead)")
+    run.add_argument("--model", metavar="SOURCE", help="run a model without a YAML file: a .onnx path, zoo:NAME or "
+                                                       "pkg:DIST==VER/path.onnx; default pipeline, ort_all and "
+                                                       "ort_none, output runs/<model stem>")
+    run.add_argument("--input", action="append", metavar="NAME=SHAPE",
+                     help="with --model: the shape of an input with dynamic dims, e.g. x=1x3x224x224 (repeatable)")
+    run.add_argument("--save-config", metavar="FILE", help="with --model: write the experiment it runs as YAML")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     run.add_argument("--pipeline", metavar="TEXT", help="pipeline as one line, e.g. 'default' or 'fold_constant,fuse,dce'")
     run.add_argument("--dump-ir", metavar="DIR", help="write the Relax IR after each pass into DIR")
@@ -237,11 +278,22 @@ def make_parser() -> argparse.ArgumentParser:
     compare.add_argument("--png", metavar="FILE", help="also write a bar chart of each label's median per run")
     compare.set_defaults(handler=cmd_compare)
 
+    inspect_verb = verbs.add_parser("inspect", help="a model's inputs (and a model.inputs: snippet), op histogram "
+                                                   "with FLOPs and parameters, unsupported ops, and what each pass "
+                                                   "of a pipeline changes (nothing built)")
+    inspect_verb.add_argument("target", metavar="MODEL|CONFIG",
+                              help="a .onnx path, zoo:NAME, pkg:DIST==VER/path.onnx, or an experiment YAML file")
+    inspect_verb.add_argument("--input", action="append", metavar="NAME=SHAPE",
+                              help="fix an input's dynamic dims, e.g. x=1x3x224x224 (repeatable)")
+    inspect_verb.add_argument("--pipeline", metavar="TEXT", help="pipeline to show (default: `default`, or the config's)")
+    inspect_verb.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
+    inspect_verb.set_defaults(handler=cmd_inspect)
+
     from workbench.sweep import command as sweep_verb  # light import (no TVM): the verb and the report dispatch
 
     report.set_defaults(handler=sweep_verb.report_dispatch(cmd_report, stdout))  # a sweep folder: the sweep report
     sweep = sweep_verb.add_parser(verbs, stdout, stderr)
-    for sub in (run, tune, profile, passes, report, runs, compare, sweep):
+    for sub in (run, inspect_verb, tune, profile, passes, report, runs, compare, sweep):
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return parser
 

@@ -43,13 +43,20 @@ def import_to_relax(model: onnx.ModelProto) -> tvm.IRModule:
         raise UserError(_describe_failure(exc)) from exc
 
 
-def _check_supported(graph: onnx.GraphProto) -> None:
-    """Raise one UserError listing every op type the frontend cannot convert, with its first node."""
+def unsupported_ops(graph: onnx.GraphProto) -> dict[str, str]:
+    """Op type -> its first node's name, for every op type the frontend cannot convert (empty: all convert).
+    Public so `workbench inspect` can name them without importing the model."""
     supported = set(onnx_frontend._get_convert_map()) | DIRECTLY_HANDLED_OPS  # noqa: SLF001
     first_node: dict[str, str] = {}
     for node in all_nodes(graph):
         if node.op_type not in supported:
             first_node.setdefault(node.op_type, node.name or f"<unnamed, output {node.output[0]!r}>")
+    return first_node
+
+
+def _check_supported(graph: onnx.GraphProto) -> None:
+    """Raise one UserError listing every op type the frontend cannot convert, with its first node."""
+    first_node = unsupported_ops(graph)
     if first_node:
         listed = ", ".join(f"{op} (first at node {name!r})" for op, name in first_node.items())
         raise UserError(f"TVM's Relax ONNX frontend does not support these op types: {listed}")
