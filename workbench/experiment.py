@@ -36,6 +36,7 @@ from workbench.errors import BaselineUnavailable, ReferenceFailed, UserError
 from workbench.measure.iree import iree_runner, iree_version
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
 from workbench.models.accuracy import compare
+from workbench.record import mlflow_sink
 from workbench.record.report import write_report
 from workbench.record.result import Accuracy, Measurement, PassEntry, RunResult
 from workbench.record.store import ResultsStore
@@ -210,6 +211,17 @@ def _profiles(experiment: Experiment, canonical: onnx.ModelProto, inputs: dict[s
     return profiles
 
 
+def log_mlflow(experiment: Experiment, base_dir: Path, result: RunResult, out_dir: Path,
+               parent_run_id: str | None = None) -> str:
+    """Log the run into `record.mlflow` (record/mlflow_sink.py), with the tuning budget the result lacks."""
+    tuning = experiment.tuning
+    budget = {} if tuning is None else {"tuning.trials": tuning.trials, "tuning.trials_per_task":
+                                        tuning.trials_per_task, "tuning.hot_trials": tuning.hot_trials,
+                                        "tuning.tune": tuning.tune}
+    return mlflow_sink.log_run(result, out_dir, mlflow_sink.resolve_uri(experiment.record.mlflow, base_dir),
+                               experiment.record.mlflow_experiment or experiment.name, parent_run_id, budget)
+
+
 def run_experiment(experiment: Experiment, base_dir: Path, console: Console | None = None,
                    dump_ir: Path | None = None, store: bool = True, builds: dict | None = None,
                    config_path: Path | None = None, prepared: Prepared | None = None,
@@ -326,6 +338,8 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     if store:
         with ResultsStore(experiment.results_path(base_dir)) as results:
             result.run_id = results.add(result)
+        if experiment.record.mlflow:
+            log_mlflow(experiment, base_dir, result, out_dir)
     if result.status == "failed":
         raise ReferenceFailed(result)
     return result

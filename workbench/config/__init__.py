@@ -167,6 +167,16 @@ class ProfileConfig(Strict):
     runs: PositiveInt = Field(default=10, description="profiled inferences; figures are means per inference")
 
 
+class RecordConfig(Strict):
+    """Sinks a run is recorded into besides its folder and the SQLite store (which stays the default)."""
+
+    mlflow: str | None = Field(default=None, description="MLflow tracking URI (file:///path/mlruns, a folder, "
+                                                         "http://host:5000) to log each run into; needs the "
+                                                         "mlflow extra")
+    mlflow_experiment: str | None = Field(default=None, description="MLflow experiment name; default the "
+                                                                    "experiment's name")
+
+
 class Experiment(Strict):
     """One experiment: a model, an ordered pass pipeline, a target, baselines to measure against."""
 
@@ -183,6 +193,7 @@ class Experiment(Strict):
     seed: int = 0
     output: Path | None = Field(default=None, description="run folder; default runs/<name>")
     results: Path | None = Field(default=None, description="SQLite store; default <output>/../results.sqlite")
+    record: RecordConfig = Field(default_factory=RecordConfig, description="extra sinks for each run (mlflow:)")
 
     @field_validator("target", mode="before")
     @classmethod
@@ -231,7 +242,8 @@ class Experiment(Strict):
 
     def config_hash(self) -> str:
         """A stable hash of the validated config (same experiment, same hash)."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        # where a run is recorded does not change what it measures (and keeps hashes from before `record:`)
+        blob = json.dumps(self.model_dump(mode="json", exclude={"record"}), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

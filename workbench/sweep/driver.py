@@ -42,10 +42,15 @@ def run_sweep(sweep: Sweep, base_dir: Path, *, workers: int | None = None, resum
         try:
             with progress:
                 run = SweepRun(sweep, base_dir, store, pool, progress)
-                if sweep.search is not None:
-                    OrderingSearch(sweep, run).run()
-                else:
-                    run.measure(todo, run.hash(todo))
+                try:
+                    if sweep.search is not None:
+                        OrderingSearch(sweep, run).run()
+                    else:
+                        run.measure(todo, run.hash(todo))
+                except BaseException:
+                    run.end_mlflow(failed=True)
+                    raise
+                run.end_mlflow()
         finally:
             pool.close()
         elapsed = time.monotonic() - started

@@ -23,6 +23,7 @@ from typing import Any
 from rich.progress import Progress
 
 from workbench.atomic import atomic_write_json
+from workbench.record import mlflow_sink
 from workbench.record.result import RunResult
 from workbench.sweep.spec import SWEEP_MARKER, Sweep, Variant, short_digest
 from workbench.sweep.store import SweepStore
@@ -60,6 +61,10 @@ class SweepRun:
         self.best = min(medians) if medians else None
         self.bar = progress.add_task(sweep.name, total=len(sweep.variants), completed=self._done(),
                                      status=self._status())
+        record = sweep.base.get("record") or {}  # `record: {mlflow: URI}`: one parent run, a child per variant
+        self.mlflow = mlflow_sink.resolve_uri(record["mlflow"], base_dir) if record.get("mlflow") else None
+        self.mlflow_experiment = record.get("mlflow_experiment") or sweep.base.get("name") or sweep.name
+        self.mlflow_parent: str | None = None
 
     def _done(self) -> int:
         return sum(self.rows.get(v.id, {}).get("status") == "done" for v in self.sweep.variants)
@@ -77,7 +82,26 @@ class SweepRun:
             self.failed += len(members)
         elif columns.get("median_ms") is not None:
             self.best = columns["median_ms"] if self.best is None else min(self.best, columns["median_ms"])
+        if result is not None and self.mlflow:
+            self._log_mlflow(members, result)
         self.progress.update(self.bar, total=len(self.sweep.variants), completed=self._done(), status=self._status())
+
+    def _log_mlflow(self, members: list[Variant], result: RunResult) -> None:
+        """Each variant a class measured, as a child of the sweep's MLflow run (opened with the first)."""
+        if self.mlflow_parent is None:
+            self.mlflow_parent = mlflow_sink.start_parent(self.mlflow, self.mlflow_experiment, f"sweep {self.sweep.name}",
+                                                          {"sweep": self.sweep.name, "sweep_file": self.sweep.path})
+        out_dir = Path(members[0].config["output"])  # the representative ran; equivalent members share its run
+        for v in members:
+            mlflow_sink.log_run(result, out_dir, self.mlflow, self.mlflow_experiment, self.mlflow_parent,
+                                {"variant": v.id, "variant_pipeline": v.pipeline_text, "repeat": v.repeat,
+                                 "representative": members[0].id,
+                                 **{f"grid.{k}": value for k, value in v.grid.items()}})
+
+    def end_mlflow(self, failed: bool = False) -> None:
+        """Close the sweep's MLflow parent run, if one was opened."""
+        if self.mlflow_parent is not None:
+            mlflow_sink.end_parent(self.mlflow, self.mlflow_parent, failed)
 
     def hash(self, variants: list[Variant]) -> dict[str, tuple[str, str, int | None]]:
         """ir_key -> ("ok", structural hash, worker) or ("error", message, worker): each distinct pipeline run
