@@ -20,6 +20,7 @@ from workbench.compile.targets import make_target
 from workbench.compile.tasks import TaskResult, extract_tasks, tuning_module
 from workbench.compile.tune import tune_tasks
 from workbench.config import Experiment, TuningConfig
+from workbench.runtime.heartbeat import EVERY_S, heartbeat
 from workbench.stages import optimized_module
 
 
@@ -28,51 +29,36 @@ def tuning_config(experiment: Experiment) -> TuningConfig:
     return experiment.tuning or TuningConfig()
 
 
-PLAIN_EVERY_S = 30.0  # where no terminal shows the live bars, a status line at least this often
-
-
 def _best(result: TaskResult) -> str:
     return f"best {result.best_us:9.1f} µs" if result.best_us is not None else "best         —"
 
 
 @contextmanager
-def plain_progress(console: Console, every_s: float = PLAIN_EVERY_S) -> Iterator[Callable[[TaskResult], None]]:
-    """Progress for a log with no terminal (CI, nohup, a notebook): rich's bars draw nothing there until the end, so a
-    plain line (elapsed, trials done of the budget, the task being tuned and its best so far) is printed at least
-    every `every_s` seconds and once at the end. Yields the callback `tune_tasks` reports each task's state to."""
+def plain_progress(console: Console, every_s: float = EVERY_S) -> Iterator[Callable[[TaskResult], None]]:
+    """Tuning's progress for a log with no terminal: a line (elapsed, trials done of the budget, the task being
+    tuned and its best so far) at least every `every_s` seconds and at the end (runtime/heartbeat.py). Yields the
+    callback `tune_tasks` reports each task's state to."""
     latest: dict[str, TaskResult] = {}
     current: list[str] = []
-    started, stop, lock = time.monotonic(), threading.Event(), threading.Lock()
+    started, lock = time.monotonic(), threading.Lock()
 
     def line() -> str:
-        with lock:  # the beat reads while the tuning loop reports
-            return _line()
-
-    def _line() -> str:
-        done, budget = sum(min(r.trials, r.budget) for r in latest.values()), sum(r.budget for r in latest.values())
-        now = latest[current[-1]] if current else None
+        with lock:  # the heartbeat reads while the tuning loop reports
+            done, budget = sum(min(r.trials, r.budget) for r in latest.values()), sum(r.budget for r in latest.values())
+            now = latest[current[-1]] if current else None
+            tasks = len(latest)
         best = f"best {now.best_us:.1f} µs" if now and now.best_us is not None else "best —"
         task = (f"; {now.name}: {min(now.trials, now.budget)}/{now.budget}, {best}"
                 + (f" ({'; '.join(now.flags)})" if now.flags else "")) if now else ""
-        return f"tuning {time.monotonic() - started:5.0f} s: {done}/{budget} trials, {len(latest)} tasks{task}"
-
-    def beat() -> None:
-        while not stop.wait(every_s):
-            console.print(line(), highlight=False)
+        return f"tuning {time.monotonic() - started:5.0f} s: {done}/{budget} trials, {tasks} tasks{task}"
 
     def report(result: TaskResult) -> None:
         with lock:
             latest[result.name] = result
             current.append(result.name)
 
-    thread = threading.Thread(target=beat, name="tuning-progress", daemon=True)
-    thread.start()
-    try:
+    with heartbeat(console, line, every_s):
         yield report
-    finally:
-        stop.set()
-        thread.join()
-        console.print(line(), highlight=False)
 
 
 def tune_optimized(optimized: tvm.IRModule, target: tvm.target.Target, experiment: Experiment, base_dir: Path,

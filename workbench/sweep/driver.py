@@ -4,12 +4,14 @@ sweep's store; `--resume` goes on where a run stopped."""
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from workbench.errors import UserError
+from workbench.runtime.heartbeat import heartbeat
 from workbench.sweep.pools import make_pool
 from workbench.sweep.run import SweepRun, write_marker
 from workbench.sweep.search import OrderingSearch
@@ -42,15 +44,17 @@ def run_sweep(sweep: Sweep, base_dir: Path, *, workers: int | None = None, resum
         try:
             with progress:
                 run = SweepRun(sweep, base_dir, store, pool, progress)
-                try:
-                    if sweep.search is not None:
-                        OrderingSearch(sweep, run).run()
-                    else:
-                        run.measure(todo, run.hash(todo))
-                except BaseException:
-                    run.end_mlflow(failed=True)
-                    raise
-                run.end_mlflow()
+                # rich's bars draw nothing in a log without a terminal: a status line every 30 s there instead
+                with heartbeat(console, run.status_line) if not console.is_terminal else nullcontext():
+                    try:
+                        if sweep.search is not None:
+                            OrderingSearch(sweep, run).run()
+                        else:
+                            run.measure(todo, run.hash(todo))
+                    except BaseException:
+                        run.end_mlflow(failed=True)
+                        raise
+                    run.end_mlflow()
         finally:
             pool.close()
         elapsed = time.monotonic() - started

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.progress import Progress
+from rich.text import Text
 
 from workbench.atomic import atomic_write_json
 from workbench.record import mlflow_sink
@@ -56,7 +57,7 @@ class SweepRun:
     def __init__(self, sweep: Sweep, base_dir: Path, store: SweepStore, pool, progress: Progress):
         self.sweep, self.base_dir, self.store, self.pool, self.progress = sweep, base_dir, store, pool, progress
         self.rows = store.rows()
-        self.failed = 0
+        self.failed, self.started = 0, time.monotonic()
         medians = [r["median_ms"] for r in self.rows.values() if r["status"] == "done" and r["median_ms"]]
         self.best = min(medians) if medians else None
         self.bar = progress.add_task(sweep.name, total=len(sweep.variants), completed=self._done(),
@@ -73,6 +74,11 @@ class SweepRun:
         best = f"{self.best:.3f} ms" if self.best is not None else "—"
         remaining = len(self.sweep.variants) - self._done() - self.failed
         return f"done [green]{self._done()}[/] failed [red]{self.failed}[/] remaining {remaining} · best median {best}"
+
+    def status_line(self) -> str:
+        """The progress bar's status as plain text, with the elapsed time: the line a log without a terminal gets."""
+        status = Text.from_markup(self._status()).plain
+        return f"sweep {self.sweep.name} {time.monotonic() - self.started:5.0f} s: {status}"
 
     def _record(self, members: list[Variant], status: str, result: RunResult | None = None, **columns: Any) -> None:
         run_id = self.store.record(members, status, result=result, **columns)
@@ -165,8 +171,8 @@ class SweepRun:
             common = dict(structural_hash=c.hash, class_id=key[0], representative=c.members[0].id,
                           seconds=time.monotonic() - c.started)
             if ok:
-                self._record(c.members, "done", result=RunResult.from_json(value["result"], f"variant {c.members[0].id}"),
-                             median_ms=value["median_ms"], **common)
+                result = RunResult.from_json(value["result"], f"variant {c.members[0].id}")
+                self._record(c.members, "done", result=result, median_ms=value["median_ms"], **common)
             else:
                 self._record(c.members, "failed", error=value, **common)
 
