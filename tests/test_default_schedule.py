@@ -88,24 +88,30 @@ def test_nhwc_mean_reads_channels_contiguously_inside_the_reduction(avx512):
     np.testing.assert_allclose(run_built(mod, avx512, data), data.mean(axis=(1, 2), keepdims=True), rtol=1e-5, atol=1e-6)
 
 
-def test_contractions_keep_plain_loops(llvm):
-    weight = np.random.default_rng(2).normal(size=(32, 16)).astype("float32")
-    mod = module((8, 32), lambda x: relax.op.matmul(x, relax.const(weight)))
+def test_contractions_are_not_loop_schedules_and_relax_convs_keep_plain_loops(llvm):
+    """A matmul is gemm_schedule.py's (tests/test_gemm_schedule.py), not loop_schedule's; a relax conv neither's."""
+    rng = np.random.default_rng(2)
+    mod = module((8, 32), lambda x: relax.op.matmul(x, relax.const(rng.normal(size=(32, 16)).astype("float32"))))
+    (func,) = kernels(mod, llvm)
+    assert loop_schedule(func, llvm) is None and default_schedule(func, llvm) is not None
+    mod = module((1, 4, 9, 9), lambda x: relax.op.nn.conv2d(x, relax.const(rng.normal(size=(8, 4, 3, 3)).astype("float32"))))
     (func,) = kernels(mod, llvm)
     assert loop_schedule(func, llvm) is None and default_schedule(func, llvm) is None
 
 
-def test_untuned_build_schedules_every_kernel_but_contractions(zoo_relax, llvm):
-    """mobilenet_block untuned: its mean and reshape get the default schedule, its convs (NCHW, relax conv2d) and
-    matmul none; the build still matches ONNX Runtime."""
+def test_untuned_build_schedules_every_kernel_but_relax_convs(zoo_relax, llvm):
+    """mobilenet_block untuned: its mean, reshape, the SE block's matmul and its 1x1 convs (in NCHW a matmul of the
+    weight by the image, gemm_schedule.py's) get the default schedule, its 3x3 convs (relax conv2d) none; the build
+    still matches ONNX Runtime."""
     from workbench.measure.runners import ort_runner
 
     model, mod = zoo_relax("mobilenet_block")
     optimized, _ = run_pipeline(mod, parse_text("fold_constant,fold_batchnorm,fuse,dce"), llvm, stats=False)
     funcs = kernels(optimized, llvm, named=True)
     scheduled = {name for name, func in funcs.items() if default_schedule(func, llvm) is not None}
-    contractions = {name for name in funcs if "conv2d" in name or "matmul" in name}  # the SE block's matmuls
-    assert len(contractions) == 6 and scheduled == set(funcs) - contractions
+    plain = set(funcs) - scheduled
+    assert len(plain) == 2 and all("conv2d" in name for name in plain)
+    assert len([name for name in scheduled if "conv2d" in name]) == 3 and any("matmul" in name for name in scheduled)
     data = np.random.default_rng(3).uniform(size=(1, 16, 56, 56)).astype("float32")
     reference = ort_runner("ort_none", model, {"x": data}).infer()[0]
     np.testing.assert_allclose(run_built(optimized, llvm, data), reference, rtol=1e-4, atol=1e-4)

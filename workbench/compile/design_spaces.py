@@ -100,7 +100,7 @@ def measure_default_schedule(task: ms.ExtractedTask, target: tvm.target.Target, 
     """Measure the schedule an untuned build gives the kernel (kernels/default_schedule.py) and commit it as the
     task's first record, so the evolutionary search starts from it (it seeds its population with the database's
     best) rather than from random tilings, and a tuned kernel is never slower than the untuned one. False for
-    kernels without one (contractions in plain loops), or if it failed to build or run."""
+    kernels without one (contractions other than matmuls, in plain loops), or if it failed to build or run."""
     schedule = default_schedule(task.dispatched[0]["main"], target)
     if schedule is None:
         return False

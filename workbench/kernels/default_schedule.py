@@ -1,26 +1,29 @@
 """The schedule each CPU kernel no database covered gets: packed convs their fixed register-blocked schedule
-(packed_schedule.py), elementwise ops and one-input reductions inlined, parallel and vectorized
-(loop_schedule.py); contractions keep plain loops. Tuning measures the same schedule as each task's first
-record (compile/design_spaces.py), so a tuned build starts from what an untuned one runs."""
+(packed_schedule.py), matmul-like kernels (dense, matmul, batch_matmul and their epilogues) a register-blocked
+tile (gemm_schedule.py), elementwise ops and one-input reductions inlined, parallel and vectorized
+(loop_schedule.py); other contractions (relax's convs) keep plain loops. Tuning measures the same schedule as
+each task's first record (compile/design_spaces.py), so a tuned build starts from what an untuned one runs."""
 
 from __future__ import annotations
 
 import tvm
 from tvm.s_tir import Schedule
 
+from workbench.kernels.gemm_schedule import gemm_schedule
 from workbench.kernels.loop_schedule import loop_schedule
 from workbench.kernels.packed_schedule import packed_kind, packed_schedule
 from workbench.kernels.packed_conv import VNNI_U8S8, vnni_target
 
 
 def default_schedule(func, target: tvm.target.Target) -> Schedule | None:
-    """The default schedule of a CPU kernel, or None (already scheduled, a contraction, a VNNI kernel on a
-    CPU without VNNI, or a schedule that does not fit)."""
+    """The default schedule of a CPU kernel, or None (already scheduled, a contraction other than a matmul, a
+    VNNI kernel on a CPU without VNNI, or a schedule that does not fit)."""
     if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs and func.attrs.get("tirx.is_scheduled")):
         return None
     kind = packed_kind(func)
     if kind is None:
-        return loop_schedule(func, target)
+        gemm = gemm_schedule(func, target)
+        return gemm if gemm is not None else loop_schedule(func, target)
     if kind == VNNI_U8S8 and not vnni_target(target):
         return None
     return packed_schedule(func, kind, target)

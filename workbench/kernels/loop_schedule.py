@@ -7,8 +7,8 @@ convs that left ~60% of the untuned time in such kernels (a pixel shuffle 17.6 m
 11.2 ms, striding C apart on every step). Here each elementwise stage is inlined into its consumer, the outer
 loops run in parallel and the innermost, contiguous one is vectorized; a reduction whose read is contiguous
 along a spatial axis (NHWC mean over H, W) has that axis moved inside the reduction loops and vectorized.
-Contractions (a reduction over two or more inputs: convs, matmuls) are left as they were: their loops are
-MetaSchedule's (and packed_conv.py's) job, and a fixed tiling here would be worse than LLVM's on some.
+Contractions (a reduction over two or more inputs: convs, matmuls) are left as they were here: matmuls get
+gemm_schedule.py's tile, packed convs packed_schedule.py's, relax's convs are MetaSchedule's job.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ def _backend(target: tvm.target.Target):
 def schedule_passes(target: tvm.target.Target, plain: frozenset[str] = frozenset()) -> list[tvm.transform.Pass]:
     """Kernels the database did not schedule: GPU kernels need a thread binding (dlight's default rules, the ones
     TVM's cuda pipeline uses); on CPUs each kernel its default schedule (default_schedule.py: packed convs
-    register-blocked, elementwise ops and reductions parallel and vectorized, contractions plain loops), but
-    those named in `plain`."""
+    and matmuls register-blocked, elementwise ops and reductions parallel and vectorized, other contractions plain
+    loops), but those named in `plain`."""
     if target.kind.name != "cuda":
         return [default_cpu_schedule(target, plain)]
     from tvm.s_tir import dlight as dl
