@@ -24,7 +24,6 @@ and everything else keep their old schedule (default_schedule.py).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import tvm
@@ -33,9 +32,8 @@ from tvm.s_tir.dlight.analysis import SBlockInfo, normalize_prim_func
 from tvm.s_tir.dlight.base.common_schedules import try_inline
 from tvm.target.codegen import llvm_get_vector_width, target_has_features
 
-from workbench.kernels.loop_schedule import MIN_PARALLEL_ITERATIONS
+from workbench.kernels.loop_schedule import MIN_PARALLEL_ITERATIONS, log_plain_loops
 
-log = logging.getLogger("workbench.build")
 ACCUMULATORS = 12  # vector registers a tile's sums may take
 MAX_ROWS = 8  # output rows per tile
 
@@ -210,7 +208,6 @@ def gemm_schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> Schedul
             return None
         _schedule(sch, shape, target)
     except (ScheduleError, TypeError) as exc:  # TypeError: TVM 0.27 failing to word some errors
-        log.warning("%s keeps plain loops: %s", func.attrs.get("global_symbol", "a kernel") if func.attrs else "a kernel",
-                    str(exc).splitlines()[0])
+        log_plain_loops(func, exc)
         return None
     return sch

@@ -124,7 +124,12 @@ def loop_schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> Schedul
             else:
                 _schedule_reduction(sch, info, target)
     except (ScheduleError, TypeError) as exc:  # TypeError: TVM 0.27 failing to word some errors
-        log.warning("%s keeps plain loops: %s", func.attrs.get("global_symbol", "a kernel") if func.attrs else "a kernel",
-                    str(exc).splitlines()[0])
+        log_plain_loops(func, exc)
         return None
     return sch
+
+
+def log_plain_loops(func: tvm.tirx.PrimFunc, exc: Exception) -> None:
+    """Say which kernel keeps plain loops because a default schedule did not fit it (TVM's first message line)."""
+    name = func.attrs.get("global_symbol", "a kernel") if func.attrs else "a kernel"
+    log.warning("%s keeps plain loops: %s", name, str(exc).splitlines()[0])
