@@ -121,3 +121,20 @@ def test_bad_arguments_exit_2_with_one_message(convnet, tmp_path, capsys, args, 
     filled = [a.format(model=convnet, missing=tmp_path / "missing.onnx") for a in args]
     assert main(["inspect", *filled]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_an_lstm_is_not_reported_unsupported_the_workbench_unrolls_it(tmp_path, capsys):
+    """LSTM/GRU are not in TVM's frontend, but canonicalize unrolls them: inspect must not turn the user away."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.normal(0, 0.3, shape).astype(np.float32), name)
+               for name, shape in (("W", (1, 16, 4)), ("R", (1, 16, 4)))]
+    graph = helper.make_graph([helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=4)], "lstm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 1, 1, 4])], weights)
+    path = tmp_path / "lstm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    found = inspect_json(capsys, str(path), "--pipeline", "core")
+    assert found["unsupported"] == {} and found["passes"]

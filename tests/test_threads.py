@@ -1,4 +1,4 @@
-"""One thread count for every runtime (measure/threads.py): TVM's pool is sized by the target, once per process,
+"""One thread count for every runtime (runtime/threads.py): TVM's pool is sized by the target, once per process,
 to the physical cores (or `num_cores`), not to TVM's own default of half the logical CPUs; ONNX Runtime gets
 the same count, and result.json records it. Each check runs in a fresh process: the pool is sized once."""
 

@@ -247,7 +247,8 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         model=experiment.model.model_dump(mode="json", exclude_none=True), target=describe(experiment.target),
         target_resolved=resolved(target),
         threads=target_threads(target),  # every runtime's kernels (TVM, ONNX Runtime, IREE) on the CPU
-        pipeline=[spec.to_yaml() for spec in experiment.pipeline], pipeline_text=pipeline_spec.to_text(experiment.pipeline),
+        pipeline=[spec.to_yaml() for spec in experiment.pipeline],
+        pipeline_text=pipeline_spec.to_text(experiment.pipeline),
         reference=experiment.accuracy.reference, passes=[], measurements={}, accuracy={}, kernels={},
         provenance=provenance(experiment), **({"cuda": {}} if is_cuda(target) else {}))
 
@@ -339,7 +340,10 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         with ResultsStore(experiment.results_path(base_dir)) as results:
             result.run_id = results.add(result)
         if experiment.record.mlflow:
-            log_mlflow(experiment, base_dir, result, out_dir)
+            try:
+                log_mlflow(experiment, base_dir, result, out_dir)
+            except Exception as exc:  # noqa: BLE001 - the run is measured and stored; a sink that fails only warns
+                console.print(f"[yellow]![/] not logged to MLflow ({experiment.record.mlflow}): {exc}")
     if result.status == "failed":
         raise ReferenceFailed(result)
     return result

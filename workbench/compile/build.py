@@ -95,7 +95,8 @@ def build_lowered(mod: tvm.IRModule, target: tvm.target.Target, database=None, l
     """Build a module whose graph-level passes already ran (the workbench and tvm_unoptimized recipes).
 
     `database` (a MetaSchedule database) supplies tuned schedules for the kernels it has records for; with
-    `layout_rewrite` the tuned kernels may read their constant weights pre-packed (see `kernels.lowering.weight_layout_passes`).
+    `layout_rewrite` the tuned kernels may read their constant weights pre-packed (see
+    `kernels.lowering.weight_layout_passes`).
     """
     scheduled = legalized(mod, target, database, layout_rewrite)
     lowered = _lowered(mod, scheduled, target, database, layout_rewrite)
@@ -103,7 +104,8 @@ def build_lowered(mod: tvm.IRModule, target: tvm.target.Target, database=None, l
     try:
         return _compiled(lowered, target, coverage)
     except Exception:  # noqa: BLE001 - TVM raises InternalError and others; compiling each kernel alone tells
-        failing = _failing_kernels(lowered, target) if target.kind.name == "llvm" else set()
+        names = {gv.name_hint for gv in scheduled.functions}
+        failing = (_failing_kernels(lowered, target) & names) if target.kind.name == "llvm" else set()
         if not failing:
             raise
     log.warning("%d kernels failed to lower with their schedule and are built with plain loops: %s",
@@ -111,6 +113,9 @@ def build_lowered(mod: tvm.IRModule, target: tvm.target.Target, database=None, l
     untuned = legalized(mod, target, None, layout_rewrite)
     for name in failing:  # a tuned schedule is replaced too: the kernel as legalized, before any schedule
         scheduled[name] = untuned[name]
+    if coverage is not None:  # a tuned kernel that fell back runs plain loops, not its record
+        coverage = {"covered": sorted(set(coverage["covered"]) - failing),
+                    "fallback": sorted(set(coverage["fallback"]) | (failing & set(coverage["covered"])))}
     built = _compiled(_lowered(mod, scheduled, target, database, layout_rewrite, frozenset(failing)), target, coverage)
     built.fell_back = sorted(failing)
     return built

@@ -41,7 +41,7 @@ def make_target(spec: TargetConfig) -> tvm.target.Target:
     """Build the TVM target (0.27 takes dicts; keys with dashes as TVM spells them).
 
     An llvm target also sizes TVM's thread pool for this process: its kernels run on the target's `num_cores`,
-    by default this machine's physical cores, as ONNX Runtime's and IREE's do (measure/threads.py).
+    by default this machine's physical cores, as ONNX Runtime's and IREE's do (runtime/threads.py).
     A cuda target needs nvcc (to write the PTX and the kernel report): checked here, before any long work."""
     if spec.kind == "cuda":
         from workbench.compile.cuda_report import require_nvcc

@@ -10,7 +10,7 @@ import tvm
 from tvm.s_tir import Schedule
 
 from workbench.kernels.gemm_schedule import gemm_schedule
-from workbench.kernels.loop_schedule import loop_schedule
+from workbench.kernels.loop_schedule import log_plain_loops, loop_schedule
 from workbench.kernels.packed_schedule import packed_kind, packed_schedule
 from workbench.kernels.packed_conv import VNNI_U8S8, vnni_target
 
@@ -29,13 +29,23 @@ def default_schedule(func, target: tvm.target.Target) -> Schedule | None:
     return packed_schedule(func, kind, target)
 
 
+def _scheduled_or_none(func, target: tvm.target.Target) -> Schedule | None:
+    """`default_schedule`, or None (plain loops, logged) where scheduling the kernel fails in any other way than
+    the schedules expect: a build never ends on a default schedule."""
+    try:
+        return default_schedule(func, target)
+    except Exception as exc:  # noqa: BLE001 - TVM raises many types
+        log_plain_loops(func, exc)
+        return None
+
+
 def default_cpu_schedule(target: tvm.target.Target, plain: frozenset[str] = frozenset()) -> tvm.transform.Pass:
     """Give every CPU kernel no database covered its default schedule, but the kernels named in `plain`."""
 
     def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         mod = mod.clone()  # the caller's module (the build's legalized one, read for coverage after) stays as it was
         for gv, func in list(mod.functions.items()):
-            sch = None if gv.name_hint in plain else default_schedule(func, target)
+            sch = None if gv.name_hint in plain else _scheduled_or_none(func, target)
             if sch is not None:
                 mod[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
         return mod

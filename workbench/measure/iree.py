@@ -175,7 +175,7 @@ def _to_numpy(result: object) -> list[np.ndarray]:
 def iree_runner(model: onnx.ModelProto, inputs: dict[str, np.ndarray], out_dir: Path, kind: str,
                 arch: str | None = None, cpu: str | None = None, threads: int | None = None) -> Runner:
     """Compile, load the module in IREE's runtime on the target's driver, inputs placed on the device once; on the
-    CPU its task pool `threads` wide (default: measure/threads.py's count, the one TVM's kernels run on)."""
+    CPU its task pool `threads` wide (default: runtime/threads.py's count, the one TVM's kernels run on)."""
     _, runtime, _, _ = _require_iree()
     built = compile_onnx(model, out_dir, kind, arch, cpu)
     if kind == "llvm":  # read when the device is created, below

@@ -92,7 +92,7 @@ ORT_PROVIDERS = {"ort_cuda": "CUDAExecutionProvider"}  # every other ORT label r
 def ort_runner(label: str, model: onnx.ModelProto, inputs: dict[str, np.ndarray],
                optimized_path: Path | None = None, threads: int | None = None) -> Runner:
     """An ONNX Runtime session at the label's optimization level, on the CPU or (ort_cuda) the CUDA EP, its
-    intra-op pool `threads` wide (default: measure/threads.py's count, the one TVM's kernels run on);
+    intra-op pool `threads` wide (default: runtime/threads.py's count, the one TVM's kernels run on);
     optionally keeps ORT's optimized model."""
     provider = ORT_PROVIDERS.get(label, "CPUExecutionProvider")
     if provider not in ort.get_available_providers():

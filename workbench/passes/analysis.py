@@ -2,7 +2,7 @@
 
 Each writes its figures with `report_analysis`, so they land in the step's `analysis` in result.json.
 Kernel count and planned memory come from a lowered copy of the module, lowered exactly as
-`workbench.compile.build.build_lowered` lowers it (kernels/lowering.py) (same passes, no compilation): kernels are the PrimFuncs
+`workbench.compile.build.build_lowered` lowers it (kernels/lowering.py's passes, no compilation): kernels are the PrimFuncs
 of that copy, planned bytes the sum of the `alloc_storage` sizes StaticPlanBlockMemory leaves (the
 intermediate tensors after buffer reuse; the outputs, allocated per call, are counted apart as
 `unplanned_bytes`).

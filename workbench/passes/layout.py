@@ -111,7 +111,7 @@ def _convert(mod: tvm.IRModule, desired: dict[str, list[str]], chosen: set[int] 
     try:
         converted = relax.transform.ConvertLayout(desired, layout_of)(mod)
     except Exception as exc:  # noqa: BLE001 - TVM raises InternalError, IndexError, ...: none can be kept
-        raise _Refused(f"TVM's ConvertLayout failed: {str(exc).strip().splitlines()[-1]}") from exc
+        raise _Refused(f"TVM's ConvertLayout failed: {(str(exc).strip().splitlines() or [type(exc).__name__])[-1]}") from exc
     transposes = _unlowerable_transposes(converted)
     if transposes:
         raise _Refused(f"conv2d_transpose would follow into {transposes}, and TVM 0.27 lowers it only in NCHW")

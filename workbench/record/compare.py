@@ -58,12 +58,12 @@ def _tuning_text(result: RunResult) -> str:
         return "none"
     if tuning.get("match") == "none":
         return "none (no database for this target)"
-    return f"{tuning.get('database')} ({tuning.get('match')}, {len(tuning.get('covered') or [])} kernels tuned)"
+    return f"{tuning.get('path')} ({tuning.get('match')}, {len(tuning.get('covered') or [])} kernels tuned)"
 
 
 def _tuning_budget(result: RunResult) -> str:
     trials = result.tuning_trials
-    return f"{sum(task.get('trials', 0) for task in trials)} trials tuned in this run" if trials else "none in this run"
+    return f"{sum(task.get('trials_run', 0) for task in trials)} trials tuned in this run" if trials else "none in this run"
 
 
 def settings(result: RunResult) -> dict[str, str]:

@@ -32,7 +32,7 @@ class Row:
     atol: float
     medians_ms: dict[str, float] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)  # baseline label -> why it was not measured
-    accuracy: dict | None = None  # workbench vs ort_none (measure.accuracy.compare)
+    accuracy: dict | None = None  # workbench vs ort_none (models.accuracy.compare)
     kernels: int | None = None
     failure: str | None = None  # "stage: reason" where the workbench's path stopped
     mismatch: str | None = None  # why the workbench's outputs do not count as ONNX Runtime's

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import UserError
 from workbench.record.result import RESULT_FILE, RunResult
 
-WORKBENCH_LABEL = "workbench"  # config/baselines.py's label; record sits below config
 ARTIFACTS = (RESULT_FILE, "report.md")  # and every *.png of the run folder
 PARAM_LIMIT = 6000  # MLflow rejects longer parameter values (a long pipeline's text)
 

@@ -64,7 +64,7 @@ def tuning_note(tuning: dict) -> str:
         return tuning["note"]
     covered = len(tuning.get("covered") or [])
     total = covered + len(tuning.get("fallback") or [])
-    where = tuning.get("note") or f"tuned for {tuning.get('tuned_for') or tuning.get('database')}"
+    where = tuning.get("note") or f"tuned for {tuning.get('tuned_for') or tuning.get('path')}"
     return f"{where}; {covered}/{total} kernels tuned" + (", weights pre-packed" if tuning.get("layout_rewrite") else "")
 
 

@@ -29,4 +29,7 @@ def heartbeat(console: Console, line: Callable[[], str], every_s: float = EVERY_
     finally:
         stop.set()
         thread.join()
-        console.print(line(), highlight=False, markup=False)
+        try:  # a status that cannot be worded must not hide how the work ended
+            console.print(line(), highlight=False, markup=False)
+        except Exception:  # noqa: BLE001
+            pass

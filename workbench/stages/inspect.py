@@ -19,6 +19,7 @@ from workbench.atomic import atomic_write_text
 from workbench.config import Experiment, apply_override, load_experiment, validate
 from workbench.errors import UserError
 from workbench.models.importer import unsupported_ops
+from workbench.models.recurrent import RECURRENT_OPS
 from workbench.models.sources import PKG_PREFIX, ZOO_PREFIX, parse_pkg_source, resolve_source
 from workbench.models.summary import (InputInfo, OpRow, dynamic_message, fixed_shapes, inputs_snippet,
                                       model_inputs, op_histogram)
@@ -78,10 +79,11 @@ def inspect_model(source: str, base_dir: Path, given: dict[str, list[int]], pipe
                   experiment: Experiment | None = None) -> Inspection:
     """The ONNX-level summary of `source`, then the pipeline's per-pass op counts when every input is static
     (run as `experiment` says when one is given: its target, input files and cache)."""
-    model = resolve_source(source, base_dir)
+    model = resolve_source(source, base_dir, experiment.model.cache_dir if experiment is not None else None)
     inputs = model_inputs(model)
     shapes = fixed_shapes(inputs, given)
-    unsupported = unsupported_ops(model.graph)
+    unsupported = {op: node for op, node in unsupported_ops(model.graph).items()
+                   if op not in RECURRENT_OPS}  # canonicalize unrolls these
     inspection = Inspection(source, inputs, shapes, inputs_snippet(inputs, shapes), op_histogram(model, shapes),
                             unsupported, pipeline, dynamic=dynamic_message(inputs, shapes))
     if inspection.dynamic:

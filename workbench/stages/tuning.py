@@ -39,7 +39,7 @@ def plain_progress(console: Console, every_s: float = EVERY_S) -> Iterator[Calla
     tuned and its best so far) at least every `every_s` seconds and at the end (runtime/heartbeat.py). Yields the
     callback `tune_tasks` reports each task's state to."""
     latest: dict[str, TaskResult] = {}
-    current: list[str] = []
+    current: list[str] = []  # the task reported last
     started, lock = time.monotonic(), threading.Lock()
 
     def line() -> str:
@@ -55,7 +55,7 @@ def plain_progress(console: Console, every_s: float = EVERY_S) -> Iterator[Calla
     def report(result: TaskResult) -> None:
         with lock:
             latest[result.name] = result
-            current.append(result.name)
+            current[:] = [result.name]
 
     with heartbeat(console, line, every_s):
         yield report

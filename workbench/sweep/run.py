@@ -89,7 +89,11 @@ class SweepRun:
         elif columns.get("median_ms") is not None:
             self.best = columns["median_ms"] if self.best is None else min(self.best, columns["median_ms"])
         if result is not None and self.mlflow:
-            self._log_mlflow(members, result)
+            result.run_id = run_id
+            try:
+                self._log_mlflow(members, result)
+            except Exception as exc:  # noqa: BLE001 - the variant is measured and stored; a failing sink only warns
+                self.progress.console.print(f"[yellow]![/] not logged to MLflow ({self.mlflow}): {exc}")
         self.progress.update(self.bar, total=len(self.sweep.variants), completed=self._done(), status=self._status())
 
     def _log_mlflow(self, members: list[Variant], result: RunResult) -> None:
