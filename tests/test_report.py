@@ -80,3 +80,13 @@ def test_console_table_renders_speedups_and_passes():
     assert "workbench speedup vs this" in text and "0.50×" in text and "1.00×" in text
     assert "not available: x" in text and "FAIL" not in text
     assert "fuse" in text and "3 → 1" in text and "add 3→0, call_tir 0→1" in text
+
+
+def test_a_database_that_covers_none_of_the_kernels_reads_untuned():
+    """A database applied to another model's build schedules nothing: the note says untuned, not "tuned for X; 0/49"."""
+    from workbench.record.report import tuning_note
+
+    applied = {"match": "closest", "tuned_for": "llvm-znver2", "path": "schedules/q/llvm-znver2", "note": None}
+    assert tuning_note({**applied, "covered": [], "fallback": ["a", "b"]}) == \
+        "untuned: the database for llvm-znver2 has none of these 2 kernels"
+    assert tuning_note({**applied, "covered": ["a"], "fallback": ["b"]}) == "tuned for llvm-znver2; 1/2 kernels tuned"

@@ -64,7 +64,10 @@ def tuning_note(tuning: dict) -> str:
         return tuning["note"]
     covered = len(tuning.get("covered") or [])
     total = covered + len(tuning.get("fallback") or [])
-    where = tuning.get("note") or f"tuned for {tuning.get('tuned_for') or tuning.get('path')}"
+    database = tuning.get("tuned_for") or tuning.get("path")
+    if covered == 0:  # a database was applied, but it holds none of this build's kernels (another model's)
+        return f"untuned: the database for {database} has none of these {total} kernels"
+    where = tuning.get("note") or f"tuned for {database}"
     return f"{where}; {covered}/{total} kernels tuned" + (", weights pre-packed" if tuning.get("layout_rewrite") else "")
 
 
