@@ -20,7 +20,7 @@ from matplotlib.figure import Figure  # a bare Figure renders with Agg, with no 
 from workbench.atomic import atomic_write_text
 from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.models.corpus import CorpusEntry
-from workbench.record.report import markdown_table, save_png
+from workbench.record.report import markdown_table, number_text, save_png
 
 
 @dataclass
@@ -77,8 +77,7 @@ class Column:
     fmt: str = ""
 
     def text(self, row: Row) -> str:
-        value = self.value(row)
-        return "—" if value is None else format(value, self.fmt)
+        return number_text(self.value(row), self.fmt)
 
 
 def _reason(row: Row) -> str | None:

@@ -12,6 +12,8 @@ import json
 
 from rich.table import Table
 
+from workbench.record.report import number_text
+
 LIST_COLUMNS = ("id", "created", "name", "model", "target", "pipeline", "workbench_ms", "ort_all_ratio", "status")
 
 
@@ -41,10 +43,6 @@ def listing_csv(rows: list[dict]) -> str:
     return buffer.getvalue()
 
 
-def _cell(value: object, fmt: str = "") -> str:
-    return "—" if value is None else format(value, fmt)
-
-
 def listing_table(rows: list[dict], title: str) -> Table:
     """The rows for a person: times to the minute, the pipeline folded rather than cut."""
     table = Table(title=title, caption="vs ort_all: ONNX Runtime's median ÷ the workbench's "
@@ -58,6 +56,7 @@ def listing_table(rows: list[dict], title: str) -> Table:
     for row in rows:
         ratio = "—" if row["ort_all_ratio"] is None else f"{row['ort_all_ratio']:.2f}×"
         table.add_row(str(row["id"]), (row["created"] or "—")[:16].replace("T", " "), row["name"],
-                      _cell(row["model"]), _cell(row["target"]), (row["pipeline"] or "(empty)").replace(",", ", "),
-                      _cell(row["workbench_ms"], ".3f"), ratio, _cell(row["status"]))
+                      number_text(row["model"]), number_text(row["target"]),
+                      (row["pipeline"] or "(empty)").replace(",", ", "),
+                      number_text(row["workbench_ms"], ".3f"), ratio, number_text(row["status"]))
     return table

@@ -71,7 +71,8 @@ def tuning_note(tuning: dict) -> str:
     return f"{where}; {covered}/{total} kernels tuned" + (", weights pre-packed" if tuning.get("layout_rewrite") else "")
 
 
-def _number(value, fmt: str) -> str:
+def number_text(value, fmt: str = "") -> str:
+    """A table cell: `value` formatted, or a dash where there is none."""
     return "—" if value is None else format(value, fmt)
 
 
@@ -79,8 +80,8 @@ def _cells(row: dict) -> list[str]:
     """A summary row as display strings (shared by the console and Markdown tables)."""
     accuracy = "reference" if row["reference"] else {True: "ok", False: "FAIL"}.get(row["ok"], "—")
     speedup = "—" if row["speedup"] is None else f"{row['speedup']:.2f}×"
-    return [row["label"], _number(row["median_ms"], ".3f"), _number(row["p90_ms"], ".3f"), speedup,
-            _number(row["kernels"], "d"), _number(row["max_abs_err"], ".2e"), accuracy, row["note"] or ""]
+    return [row["label"], number_text(row["median_ms"], ".3f"), number_text(row["p90_ms"], ".3f"), speedup,
+            number_text(row["kernels"], "d"), number_text(row["max_abs_err"], ".2e"), accuracy, row["note"] or ""]
 
 
 def _op_changes(record: PassEntry) -> str:
@@ -93,7 +94,7 @@ def _op_changes(record: PassEntry) -> str:
 
 def _pass_cells(record: PassEntry) -> list[str]:
     before, after = record.ops_before, record.ops_after
-    return [record.name, _number(record.seconds, ".3f"), f"{sum(before.values())} → {sum(after.values())}",
+    return [record.name, number_text(record.seconds, ".3f"), f"{sum(before.values())} → {sum(after.values())}",
             _op_changes(record)]
 
 
@@ -123,7 +124,7 @@ def _cuda_cells(label: str, report: dict) -> list[str]:
     kernels = report["per_kernel"].values()
 
     def most(key: str) -> str:
-        return _number(max((k[key] for k in kernels if k[key] is not None), default=None), "d")
+        return number_text(max((k[key] for k in kernels if k[key] is not None), default=None), "d")
 
     return [label, str(report["kernels"]), str(report["launches"]), f"{report['intermediate_bytes'] / 1e6:.2f}",
             most("threads_per_block"), most("registers"), most("shared_bytes")]
@@ -148,7 +149,7 @@ def _cuda_markdown(result: RunResult) -> str:
              "for another (graph outputs excluded). Sources: `cuda/<label>.cu`, `cuda/<label>.ptx`.*"]
     if WORKBENCH_LABEL in reports:
         parts += ["### workbench kernels", markdown_table(KERNEL_COLUMNS, [
-            [name, _number(k["threads_per_block"], "d"), _number(k["registers"], "d"), _number(k["shared_bytes"], "d")]
+            [name, number_text(k["threads_per_block"], "d"), number_text(k["registers"], "d"), number_text(k["shared_bytes"], "d")]
             for name, k in reports[WORKBENCH_LABEL]["per_kernel"].items()])]
     return "\n\n".join(parts)
 
