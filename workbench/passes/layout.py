@@ -72,8 +72,7 @@ def _pair(op: str, value) -> list[str]:
 
 def layout_ops(mod: tvm.IRModule) -> int:
     """Number of layout-changing ops (layout_transform, permute_dims) in the module."""
-    counts = count_ops(mod)
-    return sum(counts.get(op, 0) for op in LAYOUT_OPS)
+    return _count_calls(mod, LAYOUT_OPS)
 
 
 def _unlowerable_transposes(mod: tvm.IRModule) -> list[str]:
@@ -118,22 +117,28 @@ def _convert(mod: tvm.IRModule, desired: dict[str, list[str]], chosen: set[int] 
     return converted
 
 
-def _count_calls(mod: tvm.IRModule, ops: set[str]) -> int:
+def _count_calls(mod: tvm.IRModule, ops) -> int:
+    """Calls of any of `ops` (Relax op names) in the module."""
     counts = count_ops(mod)
     return sum(counts.get(op, 0) for op in ops)
 
 
 def _convert_what_can(mod: tvm.IRModule, desired: dict[str, list[str]]) -> tuple[tvm.IRModule, dict]:
     """Convert every op of `desired`; where that cannot be kept, one op at a time, keeping each that can be (the
-    rest stay in their layout). Returns the module and, where ops kept their layout, how many were converted and
-    how many kept theirs for each reason."""
+    rest stay in their layout). Returns the module and its analysis: how many ops were converted and, where some
+    kept their layout, how many for each reason."""
     total = _count_calls(mod, set(desired))
     if total == 0:  # nothing to convert: TVM's pass would only risk failing (it ran out of memory on silero-vad)
         return mod, {"converted": 0}
     try:
-        return _convert(mod, desired, None), {}
+        return _convert(mod, desired, None), {"converted": total}
     except _Refused as whole:
         reason = str(whole)
+    try:  # a model TVM fails on whatever is converted (its rules for some other op): no op alone can do better
+        _convert(mod, desired, set())
+    except _Refused as none:
+        log.warning("convert_layout: all %d ops kept their layout (%s)", total, none)
+        return mod, {"converted": 0, "kept_layout": {str(none): total}}
     chosen: set[int] = set()
     skipped: Counter[str] = Counter()
     for index in range(total):
