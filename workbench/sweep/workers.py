@@ -50,7 +50,7 @@ class VariantRunner:
                 importlib.import_module(module)
             except Exception as exc:  # reported on every task: the user's plugin is broken
                 self.plugin_error = f"plugin {module!r} failed to import: {exc.__class__.__name__}: {exc}"
-        self.prepared_models: dict[str, Any] = {}  # model, target, seed -> stages.Prepared
+        self.prepared_models: dict[str, Any] = {}  # model, target -> (seed, stages.Prepared)
         self.optimized: dict[str, Any] = {}  # ir_key -> stages.Optimized, the last few
         self.builds: dict = {}  # compiled modules by IR, reused across this process's runs (run_experiment's cache)
 
@@ -73,14 +73,23 @@ class VariantRunner:
             return "error", f"{exc.__class__.__name__}: {exc}".strip()
 
     def prepared(self, experiment: Experiment):
-        """The variant's model prepared (stages.prepare), once per model, target and seed in this process."""
+        """The variant's model prepared (stages.prepare): imported once per model and target in this process, its
+        inputs drawn for the variant's seed (the import does not depend on it)."""
+        import dataclasses
+
+        from workbench.models.inputs import make_inputs
         from workbench.stages import prepare
 
-        key = json.dumps([experiment.model.model_dump(mode="json"), experiment.target.model_dump(mode="json"),
-                          experiment.seed], sort_keys=True)
+        base_dir = Path(self.setup.base_dir)
+        key = json.dumps([experiment.model.model_dump(mode="json"), experiment.target.model_dump(mode="json")],
+                         sort_keys=True)
         if key not in self.prepared_models:
-            self.prepared_models[key] = prepare(experiment, Path(self.setup.base_dir))
-        return self.prepared_models[key]
+            self.prepared_models[key] = (experiment.seed, prepare(experiment, base_dir))
+        seed, prepared = self.prepared_models[key]
+        if seed == experiment.seed:
+            return prepared
+        return dataclasses.replace(prepared, inputs=make_inputs(prepared.canonical, experiment.model, experiment.seed,
+                                                                base_dir))
 
     def optimized_module(self, experiment: Experiment, config: dict):
         """The variant's pipeline run on its prepared model (stages.Optimized), from the last few this process ran."""
