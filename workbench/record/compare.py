@@ -161,7 +161,7 @@ def latency_table(runs: list[Compared]) -> Table:
 
 def passes_table(runs: list[Compared]) -> Table:
     """Step by step, each run's pass and the total Relax op count it left; the last row is where each pipeline
-    ends (the imported model's count for an empty pipeline)."""
+    ends ("(no passes)" for an empty pipeline)."""
     table = Table(title="ops after each pass")
     table.add_column("step", justify="right")
     for run in runs:

@@ -84,11 +84,16 @@ def _cells(row: dict) -> list[str]:
             number_text(row["kernels"], "d"), number_text(row["max_abs_err"], ".2e"), accuracy, row["note"] or ""]
 
 
+def changed_ops(before: dict[str, int], after: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """op -> (count before, count after), for the ops whose count a pass changed, by name."""
+    return {op: (before.get(op, 0), after.get(op, 0)) for op in sorted({*before, *after})
+            if before.get(op, 0) != after.get(op, 0)}
+
+
 def _op_changes(record: PassEntry) -> str:
     """The op counts a pass moved, e.g. 'nn.batch_norm 5→0, add 0→5'."""
-    before, after = record.ops_before, record.ops_after
-    moved = [f"{op.removeprefix('relax.')} {before.get(op, 0)}→{after.get(op, 0)}"
-             for op in sorted(set(before) | set(after)) if before.get(op, 0) != after.get(op, 0)]
+    moved = [f"{op.removeprefix('relax.')} {was}→{now}"
+             for op, (was, now) in changed_ops(record.ops_before, record.ops_after).items()]
     return ", ".join(moved) or "no op-count change"
 
 

@@ -23,6 +23,7 @@ from workbench.models.recurrent import RECURRENT_OPS
 from workbench.models.sources import PKG_PREFIX, ZOO_PREFIX, parse_pkg_source, resolve_source
 from workbench.models.summary import (InputInfo, OpRow, dynamic_message, fixed_shapes, inputs_snippet,
                                       model_inputs, op_histogram)
+from workbench.record.report import changed_ops
 from workbench.stages import optimize, prepare
 
 # `run --model` measures against ONNX Runtime only: the two TVM baselines build the model twice more, which a
@@ -100,12 +101,8 @@ def _pass_changes(experiment: Experiment, base_dir: Path) -> list[PassChange]:
     """Prepare the model and run the pipeline without per-pass figures or a build: ops before and after each pass."""
     optimized = optimize(prepare(experiment, base_dir), experiment.pipeline, stats=False)
     return [PassChange(r.name, r.params, sum(r.ops_before.values()), sum(r.ops_after.values()),
-                       _count_changes(r.ops_before, r.ops_after)) for r in optimized.records]
-
-
-def _count_changes(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    return {op: after.get(op, 0) - before.get(op, 0) for op in sorted({*before, *after})
-            if after.get(op, 0) != before.get(op, 0)}
+                       {op: now - was for op, (was, now) in changed_ops(r.ops_before, r.ops_after).items()})
+            for r in optimized.records]
 
 
 def model_experiment_data(source: str, base_dir: Path, given: dict[str, list[int]],
