@@ -15,8 +15,8 @@ BASE = {"name": "t", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1
 def test_default_expands_for_the_cpu_and_for_cuda():
     cpu = validate({**BASE, "pipeline": "default"}, "f")
     assert to_text(cpu.pipeline) == NAMED_PIPELINES["default"].by_target["llvm"]
-    assert [s.name for s in cpu.pipeline][:4] == ["fold_constant", "fold_batchnorm", "conv_transpose_as_conv",
-                                                  "convert_layout"]
+    assert [s.name for s in cpu.pipeline][:5] == ["fold_constant", "fold_batchnorm", "conv_transpose_as_conv",
+                                                  "conv1d_as_conv2d", "convert_layout"]
     gpu = validate({**BASE, "target": {"kind": "cuda", "arch": "sm_80"}, "pipeline": ["default"]}, "f")
     assert to_text(gpu.pipeline) == "fold_constant,fold_batchnorm,fuse,dce"
 

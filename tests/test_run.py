@@ -9,6 +9,7 @@ import yaml
 
 from workbench.cli import main
 from workbench.config.named_pipelines import NAMED_PIPELINES
+from workbench.config.pipeline_spec import parse_text
 
 
 def write_config(tmp_path: Path, **changes) -> Path:
@@ -33,8 +34,8 @@ def test_full_run_writes_result_report_and_store(tmp_path, capsys):
         assert figures["median_ms"] > 0 and figures["p90_ms"] >= figures["median_ms"] and figures["repeats"] == 5
     assert set(result["accuracy"]) == labels - {"ort_none"} and all(a["ok"] for a in result["accuracy"].values())
     assert result["kernels"]["workbench"] < result["kernels"]["tvm_unoptimized"]
-    assert [p["name"] for p in result["passes"]] == ["fold_constant", "fold_batchnorm", "conv_transpose_as_conv",
-                                                     "convert_layout", "fold_constant", "pack_conv2d", "fuse", "dce"]
+    assert [p["name"] for p in result["passes"]] == [
+        spec.name for spec in parse_text(NAMED_PIPELINES["default"].by_target["llvm"])]
     # the committed database for this CPU (or the closest one, said so) schedules the convs
     assert result["target_resolved"]["key"] == f"llvm-{result['target_resolved']['host_cpu']}"
     tuning = result["tuning"]

@@ -1,6 +1,7 @@
 """The schedule each CPU kernel no database covered gets: packed convs their fixed register-blocked schedule
 (packed_schedule.py), matmul-like kernels (dense, matmul, batch_matmul and their epilogues) a register-blocked
-tile (gemm_schedule.py), elementwise ops and one-input reductions inlined, parallel and vectorized
+tile (gemm_schedule.py), row reductions and what follows them (softmax, layer norm) one parallel row loop with
+lane-wise partial sums (row_schedule.py), elementwise ops and one-input reductions inlined, parallel and vectorized
 (loop_schedule.py); other contractions (relax's convs) keep plain loops. Tuning measures the same schedule as
 each task's first record (compile/design_spaces.py), so a tuned build starts from what an untuned one runs."""
 
@@ -13,6 +14,7 @@ from workbench.kernels.gemm_schedule import gemm_schedule
 from workbench.kernels.loop_schedule import log_plain_loops, loop_schedule
 from workbench.kernels.packed_schedule import packed_kind, packed_schedule
 from workbench.kernels.packed_conv import VNNI_U8S8, vnni_target
+from workbench.kernels.row_schedule import row_schedule
 
 
 def default_schedule(func, target: tvm.target.Target) -> Schedule | None:
@@ -22,8 +24,11 @@ def default_schedule(func, target: tvm.target.Target) -> Schedule | None:
         return None
     kind = packed_kind(func)
     if kind is None:
-        gemm = gemm_schedule(func, target)
-        return gemm if gemm is not None else loop_schedule(func, target)
+        for schedule in (gemm_schedule, row_schedule, loop_schedule):
+            sch = schedule(func, target)
+            if sch is not None:
+                return sch
+        return None
     if kind == VNNI_U8S8 and not vnni_target(target):
         return None
     return packed_schedule(func, kind, target)

@@ -32,12 +32,12 @@ def _extent(sch: Schedule, loop) -> int | None:
     return int(extent) if isinstance(extent, tvm.tirx.IntImm) else None
 
 
-def _lanes(sch: Schedule, block, target: tvm.target.Target) -> int:
+def vector_lanes(sch: Schedule, block, target: tvm.target.Target) -> int:
     bits = sch.get(block).writes[0].source.dtype.bits
     return max(2, max(llvm_get_vector_width(target), 128) // bits)
 
 
-def _vectorize(sch: Schedule, loop, lanes: int) -> None:
+def vectorize_loop(sch: Schedule, loop, lanes: int) -> None:
     """Vectorize `loop`: in vector-width pieces when it divides, whole when short, else leave it to LLVM."""
     extent = _extent(sch, loop)
     if extent is None or extent < 2:
@@ -49,13 +49,13 @@ def _vectorize(sch: Schedule, loop, lanes: int) -> None:
     sch.vectorize(loop)
 
 
-def _parallel(sch: Schedule, loops: list, work: int) -> None:
+def parallel_loops(sch: Schedule, loops: list, work: int) -> None:
     """Run `loops` (outermost first, fused) in parallel when the kernel does enough work for it."""
     if loops and work >= MIN_PARALLEL_ITERATIONS:
         sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
 
 
-def _iterations(sch: Schedule, loops: list) -> int:
+def iterations(sch: Schedule, loops: list) -> int:
     total = 1
     for loop in loops:
         total *= _extent(sch, loop) or 1
@@ -66,17 +66,17 @@ def _schedule_injective(sch: Schedule, info: SBlockInfo, target: tvm.target.Targ
     loops = sch.get_loops(info.block_rv)
     if not loops:  # a scalar
         return
-    _parallel(sch, loops[:-1], _iterations(sch, loops))
-    _vectorize(sch, sch.get_loops(info.block_rv)[-1], _lanes(sch, info.block_rv, target))
+    parallel_loops(sch, loops[:-1], iterations(sch, loops))
+    vectorize_loop(sch, sch.get_loops(info.block_rv)[-1], vector_lanes(sch, info.block_rv, target))
 
 
 def _contiguous_spatial(sch: Schedule, info: SBlockInfo) -> int | None:
-    """The position of the spatial iter that indexes the last dimension of the reduction's read, if it has one
-    read (after inlining: a layer norm's variance reads its input and the mean) and one such iter."""
-    reads = sch.get(info.block_rv).reads
-    if len(reads) != 1:
-        return None
-    used = collect_vars_used_in_prim_expr(reads[0].region[-1].min)
+    """The position of the one spatial iter that indexes the last dimension of every read that depends on an
+    iter there (after inlining: a layer norm's variance reads its input and the mean; Magika's GELU + global max
+    pool its conv's output and the bias), if no reduction iter indexes it."""
+    used: set = set()
+    for read in sch.get(info.block_rv).reads:
+        used |= set(collect_vars_used_in_prim_expr(read.region[-1].min))
     spatial = [i for i, it in enumerate(info.iters) if it.kind == "S" and it.var in used]
     return spatial[-1] if len(spatial) == 1 and not any(it.var in used for it in info.iters if it.kind == "R") \
         else None
@@ -86,15 +86,15 @@ def _schedule_reduction(sch: Schedule, info: SBlockInfo, target: tvm.target.Targ
     """A one-input reduction: walk its read contiguously (the spatial axis that indexes the read's last
     dimension innermost, vectorized, split in parallel), or else run its spatial loops in parallel."""
     loops = [it.loop_rv for it in info.iters]
-    work = _iterations(sch, loops)
+    work = iterations(sch, loops)
     spatial = [loop for loop, it in zip(loops, info.iters) if it.kind == "S"]
     reduction = [loop for loop, it in zip(loops, info.iters) if it.kind == "R"]
     inner = _contiguous_spatial(sch, info)
     if inner is None:
         sch.reorder(*spatial, *reduction)
-        _parallel(sch, spatial, work)
+        parallel_loops(sch, spatial, work)
         return
-    lanes = _lanes(sch, info.block_rv, target)
+    lanes = vector_lanes(sch, info.block_rv, target)
     channel = loops[inner]
     outer_spatial = [loop for loop in spatial if not loop.same_as(channel)]
     extent = _extent(sch, channel) or 0
@@ -102,8 +102,8 @@ def _schedule_reduction(sch: Schedule, info: SBlockInfo, target: tvm.target.Targ
         channel_outer, channel = sch.split(channel, [None, lanes])
         outer_spatial.append(channel_outer)
     sch.reorder(*outer_spatial, *reduction, channel)
-    _parallel(sch, outer_spatial, work)
-    _vectorize(sch, channel, lanes)  # the init stays in the block: vectorize refuses a decomposed update
+    parallel_loops(sch, outer_spatial, work)
+    vectorize_loop(sch, channel, lanes)  # the init stays in the block: vectorize refuses a decomposed update
 
 
 def loop_schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> Schedule | None:
