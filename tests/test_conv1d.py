@@ -1,5 +1,6 @@
-"""conv1d_as_conv2d (passes/conv1d.py) and pack_conv2d's one-column convs (passes/packing.py): 1-D convs and
-convs over a one-pixel-wide image reach the packed kernel laid out as one row, with ONNX Runtime's numbers."""
+"""conv1d_as_conv2d (passes/conv1d.py), pack_conv2d's one-column convs and pack_matmul (passes/packing.py): 1-D
+convs, convs over a one-pixel-wide image and matmuls with an odd column count reach the packed kernel, with ONNX
+Runtime's numbers."""
 
 import numpy as np
 import onnx
@@ -74,4 +75,22 @@ def test_a_one_column_conv_runs_as_one_row(llvm):
     assert records[2].analysis["conv2d_packed"] == 1
     (kernel,) = [call for call in calls(mod, "relax.call_tir") if FP32.name in call.args[0].name_hint]
     assert [int(d) for d in kernel.ty.shape] == [1, 1, want.shape[2], 32]  # one row of 27 output pixels
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("columns, packed", [(6625, 1), (768, 0)])
+def test_matmuls_whose_columns_are_no_multiple_of_16_take_the_packed_kernel(llvm, columns, packed):
+    """pack_matmul: a classifier head's [40, 120] x [120, 6625] (PP-OCR rec) becomes the packed kernel over the rows,
+    weight padded to 16 columns, sliced back; 768 columns stay a matmul (the default tile takes them)."""
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((120, columns)) * 0.1).astype("float32")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "head",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 40, 120])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, records, got, want = built_and_reference(model, "pack_matmul", llvm)
+    assert records[0].analysis["matmul_packed"] == packed
+    assert count_ops(mod).get("relax.matmul", 0) == 1 - packed
+    assert got.shape == (1, 40, columns)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -14,7 +14,7 @@ from workbench.config.pipeline_spec import PassSpec, parse_text
 # convs back from NHWC; 1-D convs as conv2d, so the layout and packing passes take them; the packed conv kernel where a conv fits it; convert_layout and pack_conv2d leave what
 # they cannot take as it was, with the reason in their analysis.
 _CPU_DEFAULT = ("fold_constant,fold_batchnorm,conv_transpose_as_conv,conv1d_as_conv2d,convert_layout(conv2d=NHWC),"
-                "fold_constant,pack_conv2d,fast_math,fuse,dce")
+                "fold_constant,pack_conv2d,pack_matmul,fast_math,fuse,dce")
 _CORE = "fold_constant,fold_batchnorm,fuse,dce"
 
 

@@ -1,0 +1,154 @@
+"""Benchmark: each heavy op class alone, at shapes the corpus uses, untuned workbench vs ONNX Runtime.
+
+Every op is a one-node ONNX model (seeded random weights) run through the workbench's `default` pipeline with
+default schedules and through ort_all, in this one process, timed in interleaved rounds, the workbench's outputs
+checked against ONNX Runtime without graph optimizations. Convs and matmuls also get GFLOP/s (2 per multiply-add,
+from the model's shapes) and the share of this CPU's fp32 peak:
+
+    peak = physical cores used x 2 FMA units x fp32 lanes per vector x 2 FLOPs x clock (/proc/cpuinfo's MHz)
+
+an upper bound (some CPUs have one FMA unit for 512-bit vectors, and the clock moves), which is why the table
+also gives ONNX Runtime's share of the same figure.
+
+Writes ops_<cpu>.md into --out (default docs/results/).
+
+    python scripts/bench_ops.py [--only softmax conv1d] [--repeat 20] [--rounds 3] [--out docs/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from workbench.compile.targets import host_cpu, make_target, target_key
+from workbench.config import validate
+from workbench.config.baselines import WORKBENCH_LABEL
+from workbench.models.summary import op_histogram
+from workbench.record.results_page import Machine, write_results_page
+from workbench.runtime.threads import target_threads
+from workbench.stages.side_by_side import bench
+from tvm.target.codegen import target_has_features
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class OpCase:
+    """One op at one shape: the node, its input shape, its constant inputs (name -> shape) and where it comes from."""
+
+    name: str
+    op: str
+    x: tuple[int, ...]
+    weights: dict[str, tuple[int, ...]]
+    attrs: dict
+    seen_in: str
+
+    def model(self) -> onnx.ModelProto:
+        rng = np.random.default_rng(0)
+        inits = [numpy_helper.from_array((rng.standard_normal(shape) * 0.1).astype("float32"), name)
+                 for name, shape in self.weights.items()]
+        node = helper.make_node(self.op, ["x", *self.weights], ["y"], **self.attrs)
+        graph = helper.make_graph([node], self.name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, self.x)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * len(self.x))], inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _conv(name: str, x, out_channels: int, kernel, seen_in: str, groups: int = 1, **attrs) -> OpCase:
+    w = (out_channels, x[1] // groups, *kernel)
+    return OpCase(name, "Conv", x, {"w": w, "b": (out_channels,)}, {"kernel_shape": list(kernel), "group": groups,
+                                                                    **attrs}, seen_in)
+
+
+CASES = [
+    _conv("conv3x3", (1, 48, 80, 80), 48, (3, 3), "PP-OCR det backbone", pads=[1, 1, 1, 1]),
+    _conv("conv1x1", (1, 96, 40, 40), 192, (1, 1), "MobileNet pointwise"),
+    _conv("conv3x3_stride2", (1, 32, 160, 160), 64, (3, 3), "YOLO downsampling", strides=[2, 2], pads=[1, 1, 1, 1]),
+    _conv("conv3x3_dilated", (1, 64, 40, 40), 64, (3, 3), "dilated context conv", dilations=[2, 2],
+          pads=[2, 2, 2, 2]),
+    _conv("depthwise3x3", (1, 96, 80, 80), 96, (3, 3), "MobileNet depthwise", groups=96, pads=[1, 1, 1, 1]),
+    _conv("grouped3x3", (1, 64, 40, 40), 64, (3, 3), "grouped conv (4 groups)", groups=4, pads=[1, 1, 1, 1]),
+    _conv("conv1d", (1, 128, 512), 128, (5,), "byte classifier Conv1d", pads=[2, 2]),
+    _conv("conv5x1_one_column", (1, 256, 512, 1), 512, (5, 1), "Magika's conv"),
+    OpCase("matmul", "MatMul", (1, 64, 256), {"w": (256, 768)}, {}, "transformer MLP / SVTR"),
+    OpCase("gemm_classifier", "MatMul", (1, 40, 120), {"w": (120, 6625)}, {}, "PP-OCR rec classifier head"),
+    OpCase("softmax_rows", "Softmax", (1, 4, 512, 512), {}, {"axis": -1}, "attention scores"),
+    OpCase("softmax_classes", "Softmax", (1, 40, 18385), {}, {"axis": -1}, "PP-OCRv5 rec over 18385 classes"),
+    OpCase("layer_norm", "LayerNormalization", (1, 256, 384), {"g": (384,), "beta": (384,)}, {"axis": -1},
+           "transformer layer norm"),
+    OpCase("maxpool3x3_s2", "MaxPool", (1, 64, 160, 160), {}, {"kernel_shape": [3, 3], "strides": [2, 2],
+                                                              "pads": [1, 1, 1, 1]}, "ResNet stem"),
+    OpCase("global_avgpool", "GlobalAveragePool", (1, 576, 20, 20), {}, {}, "classifier head"),
+    OpCase("transpose_nchw_nhwc", "Transpose", (1, 96, 80, 80), {}, {"perm": [0, 2, 3, 1]}, "layout change"),
+]
+
+
+def peak_gflops(threads: int, target) -> float | None:
+    """The fp32 peak of `threads` cores (see the module), or None where /proc/cpuinfo gives no clock."""
+    try:
+        mhz = next(float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("cpu MHz"))
+    except (OSError, StopIteration):
+        return None
+    lanes = 16 if target_has_features("avx512f", target) else 8 if target_has_features("avx2", target) else 4
+    return threads * 2 * lanes * 2 * mhz / 1000
+
+
+def rate_and_share(flops: int, ms: float | None, peak: float | None) -> tuple[str, str]:
+    """GFLOP/s and the share of `peak`, as table cells ("—" where there is no figure)."""
+    if not flops or not ms:
+        return "—", "—"
+    rate = flops / ms / 1e6
+    return f"{rate:.1f}", f"{100 * rate / peak:.0f}%" if peak else "—"
+
+
+def experiment(case: OpCase, path: Path):
+    onnx.save(case.model(), path)
+    return validate({"name": case.name, "model": {"source": str(path), "inputs": {"x": list(case.x)}},
+                     "pipeline": "default", "baselines": ["ort_all", "ort_none"]}, case.name)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", metavar="NAME", choices=[c.name for c in CASES])
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
+    args = parser.parse_args(argv)
+    cases = [c for c in CASES if not args.only or c.name in args.only]
+    rows: list[list[str]] = []
+    target = None
+    with tempfile.TemporaryDirectory(prefix="bench_ops_") as work:
+        for case in cases:
+            exp = experiment(case, Path(work) / f"{case.name}.onnx")
+            target = target or make_target(exp.target)
+            row = bench(exp, ["ort_all"], Path(work), args.repeat, args.rounds, lambda line: print(line, flush=True))
+            flops = sum(r.flops or 0 for r in op_histogram(case.model(), {"x": list(case.x)}))
+            peak = peak_gflops(target_threads(target), target)
+            ours, theirs = row.medians_ms.get(WORKBENCH_LABEL), row.medians_ms.get("ort_all")
+            ratio = row.ratio("ort_all")
+            rows.append([case.name, case.seen_in, "×".join(map(str, case.x)),
+                         f"{ours:.3f}" if ours else "—", f"{theirs:.3f}" if theirs else "—",
+                         f"{ratio:.2f}" if ratio else "—", *rate_and_share(flops, ours, peak),
+                         *rate_and_share(flops, theirs, peak), row.status + (f": {row.reason}" if row.reason else "")])
+            print(" | ".join(rows[-1]), flush=True)
+    peak = peak_gflops(target_threads(target), target)
+    machine = Machine(target_key(target), target_threads(target))
+    protocol = ("- each op alone as a one-node ONNX model; workbench: pipeline `default`, untuned (default schedules); "
+                f"ort_all: ONNX Runtime with every graph optimization\n- timing: median of {args.rounds} interleaved "
+                f"rounds of {args.repeat} runs per label, in one process\n- peak: {peak:.0f} GFLOP/s fp32 "
+                "(cores × 2 FMA units × vector lanes × 2 × /proc/cpuinfo clock): an upper bound" if peak else "")
+    header = ("op", "seen in", "input", "workbench ms", "ort_all ms", "ort_all/workbench", "workbench GFLOP/s",
+              "% of peak", "ort_all GFLOP/s", "ort % of peak", "status")
+    path = write_results_page(args.out, f"ops_{host_cpu()}", "Op classes, untuned", machine, protocol, header, rows)
+    print(f"wrote {path}")
+    return path
+
+
+if __name__ == "__main__":
+    main()
