@@ -67,6 +67,15 @@ def test_grouped_conv1d_keeps_its_groups(llvm):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_grouped_conv_runs_as_one_packed_conv_per_group(llvm):
+    """4 groups of 6 input / 5 output channels (not depthwise): four packed kernels on slices, concatenated."""
+    model = conv_model([1, 24, 19, 23], [20, 6, 3, 3], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 2], group=4)
+    mod, records, got, want = built_and_reference(model, TO_PACKED, llvm)
+    assert records[3].analysis["conv2d_packed"] == 1 and "relax.nn.conv2d" not in count_ops(mod)
+    assert sum(FP32.name in call.args[0].name_hint for call in calls(mod, "relax.call_tir")) == 4
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_a_one_column_conv_runs_as_one_row(llvm):
     """Magika's 5x1 conv over [N, C, H, 1]: the packed kernel gets the image as [N, 1, H, C] (its schedule blocks
     output pixels along W), the kernel's output one row of OH pixels; the result is ONNX Runtime's."""

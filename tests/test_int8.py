@@ -28,7 +28,7 @@ def test_int8_convnet_runs_integer_kernels(zoo_relax, llvm):
     mod = zoo_relax("convnet_small")[1]
     graph, records = run_pipeline(mod, parse_text("fold_batchnorm,quantize(execute=int8)"), llvm)
     assert records[1].analysis["int8"] == {"lowered": {"relax.nn.conv2d": 6, "relax.matmul": 1}, "vnni": 0,
-                                         "kept_fp32": []}
+                                         "avx2": 0, "kept_fp32": []}
     heavy = calls(graph, "relax.nn.conv2d") + calls(graph, "relax.matmul")
     assert len(heavy) == 7
     for call in heavy:  # int8 x int8 -> int32, the int8 weight a constant

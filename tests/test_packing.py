@@ -5,7 +5,6 @@ the kernel (kernels/packed_schedule.py), and tuning measuring that schedule firs
 import numpy as np
 import pytest
 import tvm
-from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.build import build_lowered
@@ -97,17 +96,3 @@ def test_tuning_a_packed_kernel_measures_the_fixed_schedule_first(zoo_relax, llv
     inputs = eval_inputs(zoo.default_inputs("convnet_small"))
     for got, want in zip(tvm_runner("tuned", tuned, inputs, llvm).infer(), infer(graph, inputs, llvm)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-
-
-def test_grouped_convs_that_are_not_depthwise_are_kept():
-    """A conv with 2 groups of 8 channels: not one output channel per input channel, so relax's conv2d stays."""
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType([1, 8, 8, 16], "float32"))
-    with bb.function("main", [x]):
-        weight = relax.const(np.ones((16, 3, 3, 8), "float32"))
-        out = bb.emit(relax.op.nn.conv2d(x, weight, padding=[1, 1, 1, 1], groups=2, data_layout="NHWC",
-                                         kernel_layout="OHWI"))
-        bb.emit_func_output(out)
-    _, records = run_pipeline(bb.get(), parse_text("pack_conv2d"), tvm.target.Target({"kind": "llvm"}))
-    assert records[0].analysis["conv2d_packed"] == 0
-    assert records[0].analysis["conv2d_kept"] == ["groups 2 (needs 1, or depthwise: one output channel per input channel)"]

@@ -4,8 +4,9 @@ and the workbench's own schedule as its first candidate.
 - Importing `tvm.s_tir.tensor_intrin` costs ~50 s here (it parses every tensor intrinsic); MetaSchedule does it in
   every TuneContext. Kernels without low-precision buffers get the plain rules of their target kind (llvm, cuda)
   instead of the VNNI/AVX-512 or tensor-core ones MetaSchedule picks for CPUs and GPUs that have them, so their
-  contexts need no import. The int8 path's u8 x s8 kernels on a VNNI CPU get those llvm rules plus a tiling that
-  tensorizes with the workbench's own VNNI dot product (`vnni_space`), again without the import.
+  contexts need no import. The int8 path's u8 x s8 kernels on an x86 CPU with AVX2 get those llvm rules plus a
+  tiling that tensorizes with the workbench's own dot product for that CPU (`dot_space`: VNNI's `vpdpbusd`, or
+  AVX2's `vpmaddubsw` + `vpmaddwd` without VNNI), again without the import.
 - A kernel the workbench schedules itself when untuned (kernels/default_schedule.py: a packed conv, an elementwise
   op) is first measured with that schedule, committed as its first record, so the search starts from it.
 """
@@ -22,8 +23,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from workbench.kernels.default_schedule import default_schedule
-from workbench.kernels.packed_conv import vnni_target
-from workbench.kernels.x86_int8 import VNNI_DOT_16x4
+from workbench.kernels.packed_conv import int8_kind
 
 
 def _low_precision(task: ms.ExtractedTask) -> bool:
@@ -32,21 +32,24 @@ def _low_precision(task: ms.ExtractedTask) -> bool:
     return any(f'"{dtype}"' in text for dtype in ("float16", "bfloat16", "int8", "uint8"))
 
 
-def _vnni_kernel(task: ms.ExtractedTask) -> bool:
-    """A u8 x s8 kernel (the int8 path's, kernels/packed_conv.py) on an x86 CPU with AVX-512 VNNI."""
+def _dot_intrinsic(task: ms.ExtractedTask) -> str | None:
+    """The dot-product intrinsic for a u8 x s8 kernel (the int8 path's, kernels/packed_conv.py) on an x86 CPU
+    with AVX2 (`int8_kind`: VNNI's, else AVX2's); None for other kernels and CPUs."""
+    kind = int8_kind(task.target)
     text = task.dispatched[0].script()
-    return '"uint8"' in text and '"int8"' in text and vnni_target(task.target)
+    return kind.dot if kind is not None and '"uint8"' in text and '"int8"' in text else None
 
 
-def vnni_space() -> ms.space_generator.PostOrderApply:
-    """MetaSchedule's own VNNI rules (its "vnni" kind: the llvm rules with a VNNI-tensorizing tiling first and
-    RewriteTensorize) with the workbench's dot product: TVM's `dot_16x4_vnni` fails LLVM verification
-    (kernels/x86_int8.py). The int8 path's VNNI conv kernel maps whole; a block the intrinsic cannot map (an NCHW
-    int8 conv, whose innermost input index is a spatial sum) falls through to the plain tiling."""
+def dot_space(intrinsic: str) -> ms.space_generator.PostOrderApply:
+    """MetaSchedule's own VNNI rules (its "vnni" kind: the llvm rules with a tensorizing tiling first and
+    RewriteTensorize) with one of the workbench's dot products (kernels/x86_int8.py): TVM's `dot_16x4_vnni`
+    fails LLVM verification, and TVM has no AVX2 form. The int8 path's packed conv kernel maps whole; a block the
+    intrinsic cannot map (an NCHW int8 conv, whose innermost input index is a spatial sum) falls through to the
+    plain tiling."""
     rules = list(ms.schedule_rule.ScheduleRule.create("llvm"))
     tiling = next(i for i, rule in enumerate(rules) if isinstance(rule, ms.schedule_rule.MultiLevelTiling))
     rules.insert(tiling, ms.schedule_rule.MultiLevelTilingWithIntrin(
-        VNNI_DOT_16x4, structure="SSRSRS", max_innermost_factor=64,
+        intrinsic, structure="SSRSRS", max_innermost_factor=64,
         reuse_write=ms.schedule_rule.ReuseType(req="may", levels=[1, 2], scope="global")))
     postprocs = list(ms.postproc.Postproc.create("llvm"))
     layout = next(i for i, post in enumerate(postprocs) if isinstance(post, ms.postproc.RewriteLayout))
@@ -58,12 +61,14 @@ def _space_generator(task: ms.ExtractedTask) -> ms.space_generator.SpaceGenerato
     """Kernels that cannot use tensor intrinsics (no fp16/bf16/int8 buffers) get the plain rules of their target
     kind. MetaSchedule would pick tensor-core rules for CUDA sm_70+ and VNNI/AVX-512 rules for x86 CPUs that
     have them: they help only low-precision kernels and need the ~50 s `tvm.s_tir.tensor_intrin` import.
-    u8 x s8 kernels on a VNNI CPU get `vnni_space` (the workbench's own intrinsic, no import)."""
+    u8 x s8 kernels on an x86 CPU with AVX2 get `dot_space` (the workbench's own intrinsic, VNNI or AVX2, no
+    import)."""
     kind = task.target.kind.name
     if kind in ("cuda", "llvm") and not _low_precision(task):
         return ms.space_generator.PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs=kind)
-    if _vnni_kernel(task):
-        return vnni_space()
+    intrinsic = _dot_intrinsic(task)
+    if intrinsic is not None:
+        return dot_space(intrinsic)
     return "post-order-apply"
 
 

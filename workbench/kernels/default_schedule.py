@@ -13,13 +13,14 @@ from tvm.s_tir import Schedule
 from workbench.kernels.gemm_schedule import gemm_schedule
 from workbench.kernels.loop_schedule import log_plain_loops, loop_schedule
 from workbench.kernels.packed_schedule import packed_kind, packed_schedule
-from workbench.kernels.packed_conv import VNNI_U8S8, vnni_target
+from workbench.kernels.packed_conv import int8_kind
 from workbench.kernels.row_schedule import row_schedule
 
 
 def default_schedule(func, target: tvm.target.Target) -> Schedule | None:
-    """The default schedule of a CPU kernel, or None (already scheduled, a contraction other than a matmul, a
-    VNNI kernel on a CPU without VNNI, or a schedule that does not fit)."""
+    """The default schedule of a CPU kernel, or None (already scheduled, a contraction other than a matmul, an
+    integer kernel whose dot product is not the CPU's (`int8_kind`: a VNNI kernel on an AVX2 CPU, either kind
+    without AVX2), or a schedule that does not fit)."""
     if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs and func.attrs.get("tirx.is_scheduled")):
         return None
     kind = packed_kind(func)
@@ -29,7 +30,7 @@ def default_schedule(func, target: tvm.target.Target) -> Schedule | None:
             if sch is not None:
                 return sch
         return None
-    if kind == VNNI_U8S8 and not vnni_target(target):
+    if kind.dot is not None and kind != int8_kind(target):  # its dot product is not this CPU's
         return None
     return packed_schedule(func, kind, target)
 

@@ -1,12 +1,16 @@
 """conv2d in the packed layouts CPU SIMD reads: 16 output channels innermost, the weight packed once.
 
-One kernel, two kinds (`PackedKind`):
+One kernel, several kinds (`PackedKind`):
 - `VNNI_U8S8`, for `quantize(execute=int8)` on CPUs with AVX-512 VNNI. `vpdpbusd` adds to each of 16 int32
   lanes the dot product of 4 uint8 activations with 4 int8 weights. MetaSchedule tensorizes a kernel with it
   (kernels/x86_int8.py) only where those 4 activations are the innermost input channels and the 16 x 4 weight
   block is innermost and compact; relax.nn.conv2d gives neither (NCHW's innermost activation index is a spatial
   sum; an OHWI weight's 16 output channels are a row apart). So the int8 lowering emits this kernel for NHWC
   convs (and matmuls, as 1x1 convs over their rows) instead.
+- `AVX2_U8S8`, the same kernel for x86 CPUs with AVX2 and no VNNI: the same 16 x 4 step, tensorized with
+  `vpmaddubsw` + `vpmaddwd` on two ymm registers (x86_int8.py: `AVX2_DOT_16x4`), exact for 7-bit weights only
+  (|w| <= 64: the int8 lowering quantizes weights to [-63, 63] on these CPUs, as ONNX Runtime does).
+  `int8_kind(target)` says which of the two a target gets.
 - `FP32`, for the `pack_conv2d` pass: 16 output channels are one AVX-512 register of fp32 sums, so a row of
   output pixels accumulates in registers while each weight vector is loaded once (the direct-convolution
   layout ONNX Runtime's MLAS uses).
@@ -15,8 +19,8 @@ One kernel, two kinds (`PackedKind`):
     weight  a constant packed once, [O/16, KH, KW, C/group, 16, group] (O padded to 16 with zero weights)
     out     NHWC [N, OH, OW, O rounded up to 16], channels past O sliced off
 
-Its iterators are already split (o = 16 oo + oi, c = group co + ci), so MetaSchedule's tiling (with the VNNI
-intrinsic, for int8) maps whole blocks; a build gives an untuned one a fixed schedule (kernels/packed_schedule.py).
+Its iterators are already split (o = 16 oo + oi, c = group co + ci), so MetaSchedule's tiling (with the kind's
+dot-product intrinsic, for int8) maps whole blocks; a build gives an untuned one a fixed schedule (kernels/packed_schedule.py).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import numpy as np
 import tvm
 from tvm import relax, s_tir, te
 from tvm.target.codegen import target_has_features
+
+from workbench.kernels.x86_int8 import AVX2_DOT_16x4, VNNI_DOT_16x4
 
 LANES = 16  # output channels per block: one zmm of int32 or fp32 sums
 OUT_EWISE_FUSABLE = 4  # relax's OpPatternKind: an epilogue of elementwise ops fuses into the kernel
@@ -43,9 +49,13 @@ class PackedKind:
     acc: str
     group: int
     depthwise: bool = False  # each output channel reads its own input channel: no input-channel reduction
+    dot: str | None = None  # the tensor intrinsic of one 16 x group step (x86_int8.py), for the integer kinds
 
 
-VNNI_U8S8 = PackedKind("conv2d_nhwc_u8s8_vnni", "uint8", "int8", "int32", 4)  # vpdpbusd: 4 byte products per lane
+# vpdpbusd: 4 byte products per lane
+VNNI_U8S8 = PackedKind("conv2d_nhwc_u8s8_vnni", "uint8", "int8", "int32", 4, dot=VNNI_DOT_16x4)
+# vpmaddubsw + vpmaddwd: the same 4 byte products per lane, 8 lanes per ymm, 7-bit weights
+AVX2_U8S8 = PackedKind("conv2d_nhwc_u8s8_avx2", "uint8", "int8", "int32", 4, dot=AVX2_DOT_16x4)
 FP32 = PackedKind("conv2d_nhwc_f32_packed", "float32", "float32", "float32", 1)
 DEPTHWISE_FP32 = PackedKind("dwconv2d_nhwc_f32_packed", "float32", "float32", "float32", 1, depthwise=True)
 
@@ -53,6 +63,16 @@ DEPTHWISE_FP32 = PackedKind("dwconv2d_nhwc_f32_packed", "float32", "float32", "f
 def vnni_target(target: tvm.target.Target | None) -> bool:
     """An llvm target whose CPU has AVX-512 VNNI (cascadelake, icelake-server, rocketlake, znver4, ...)."""
     return target is not None and target.kind.name == "llvm" and bool(target_has_features("avx512vnni", target))
+
+
+def int8_kind(target: tvm.target.Target | None) -> PackedKind | None:
+    """The u8 x s8 kernel an llvm target's CPU runs: `VNNI_U8S8` with AVX-512 VNNI, `AVX2_U8S8` on other x86 CPUs
+    with AVX2 (haswell, skylake, znver2, ...), None elsewhere (no AVX2, not x86, not llvm)."""
+    if vnni_target(target):
+        return VNNI_U8S8
+    if target is not None and target.kind.name == "llvm" and bool(target_has_features("avx2", target)):
+        return AVX2_U8S8
+    return None
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -1,10 +1,11 @@
 """The schedule an untuned packed conv kernel (kernels/packed_conv.py) gets in a CPU build.
 
 A row of up to 8 output pixels (6 without AVX-512) x 16 output channels accumulates while each weight block is
-loaded once: for int8 on a VNNI CPU one `vpdpbusd` per pixel and 4 input channels (tensorized with
-kernels/x86_int8.py's intrinsic), for fp32 one 16-lane FMA per pixel and input channel (two explicit 8-lane
-vectors without AVX-512). Rows x channel blocks run in parallel, and the fused epilogue (scale, bias, activation,
-requantization) is computed per 8 pixels, vectorized. Measured on convnet_small (rocketlake): int8 0.24 ms
+loaded once: for int8 on a VNNI CPU one `vpdpbusd` per pixel and 4 input channels, on an AVX2 CPU two
+`vpmaddubsw` + `vpmaddwd` pairs (tensorized with the kind's intrinsic, kernels/x86_int8.py), for fp32 one
+16-lane FMA per pixel and input channel (two explicit 8-lane vectors without AVX-512). Rows x channel blocks
+run in parallel, and the fused epilogue (scale, bias, activation, requantization) is computed per 8 pixels,
+vectorized. Measured on convnet_small (rocketlake): int8 0.24 ms
 against 0.21 ms after 16 tuned trials per kernel; fp32 0.42 ms against 17.5 ms for the untuned relax conv2d
 build (and 1.25 ms after 16 trials of MetaSchedule's own search; tuning now measures this schedule first, see
 compile/design_spaces.py).
@@ -18,8 +19,7 @@ import tvm
 from tvm.s_tir import Schedule, ScheduleError
 from tvm.target.codegen import target_has_features
 
-from workbench.kernels.x86_int8 import VNNI_DOT_16x4
-from workbench.kernels.packed_conv import DEPTHWISE_FP32, FP32, KERNEL_MARK, LANES, VNNI_U8S8, PackedKind
+from workbench.kernels.packed_conv import AVX2_U8S8, DEPTHWISE_FP32, FP32, KERNEL_MARK, LANES, VNNI_U8S8, PackedKind
 
 log = logging.getLogger("workbench.build")
 
@@ -47,7 +47,7 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
     batch, row, col, channel_block, channel, kh, kw, *in_blocks = sch.get_loops(conv)  # depthwise: no in_blocks
     width = int(sch.get(col).extent)
     col_outer, col_inner = sch.split(col, [None, max(f for f in range(1, pixels + 1) if width % f == 0)])
-    if kind != VNNI_U8S8 and lanes < LANES:
+    if kind.dot is None and lanes < LANES:  # an integer kind's intrinsic takes all 16 channels at once
         vectors, channel = sch.split(channel, [None, lanes])
         sch.reorder(batch, row, channel_block, col_outer, kh, kw, *in_blocks, col_inner, vectors, channel)
         sch.vectorize(channel)  # before decompose_reduction: only a whole reduction block may be vectorized
@@ -67,14 +67,15 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
     init = sch.decompose_reduction(conv, kh)
     sch.vectorize(sch.get_loops(init)[-1])
     sch.unroll(col_inner)
-    if kind == VNNI_U8S8:
-        sch.tensorize(channel, VNNI_DOT_16x4)
+    if kind.dot is not None:
+        sch.tensorize(channel, kind.dot)
 
 
 def packed_kind(func: tvm.tirx.PrimFunc) -> PackedKind | None:
     """The packed kernel `func` holds, if any."""
     text = func.script()
-    return next((kind for kind in (FP32, DEPTHWISE_FP32, VNNI_U8S8) if f'"{KERNEL_MARK}": "{kind.name}"' in text), None)
+    return next((kind for kind in (FP32, DEPTHWISE_FP32, VNNI_U8S8, AVX2_U8S8)
+                 if f'"{KERNEL_MARK}": "{kind.name}"' in text), None)
 
 
 def packed_schedule(func: tvm.tirx.PrimFunc, kind: PackedKind, target: tvm.target.Target) -> Schedule | None:

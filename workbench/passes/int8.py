@@ -16,10 +16,15 @@ with z (an explicit pad before the conv) rather than with 0. The bias stays fp32
 after scaling: that equals an int32 bias of scale x_scale*w_scale without rounding the bias to it.
 Where the consumer is fp32 (a pool, the graph output), `y` simply stays fp32.
 
-When the target CPU has AVX-512 VNNI, an ungrouped NHWC conv (and a matmul) is emitted as the workbench's
-own kernel instead (packed_conv.py: pre-packed weight, u8 x s8, the layout `vpdpbusd` reads; symmetric int8
-activations are shifted to uint8, zero point 128), which MetaSchedule tensorizes. NCHW convs there keep relax
-conv2d, and the pass says that convert_layout(conv2d=NHWC) before quantize would reach the dot product.
+When the target is an x86 CPU with AVX2, an ungrouped NHWC conv (and a matmul) is emitted as the workbench's
+own kernel instead (packed_conv.py: pre-packed weight, u8 x s8, the layout the dot-product instructions read;
+symmetric int8 activations are shifted to uint8, zero point 128), which the default schedule and MetaSchedule
+tensorize: with `vpdpbusd` where the CPU has AVX-512 VNNI (`VNNI_U8S8`), else with `vpmaddubsw` + `vpmaddwd`
+(`AVX2_U8S8`). `vpmaddubsw` sums two u8 x s8 products into a saturating int16, exact only for 7-bit weights
+(255 x 64 x 2 fits, 255 x 127 x 2 does not), so on those CPUs `quantize` quantizes weights to [-63, 63]
+(`weight_qmax`: one bit of weight precision less, ONNX Runtime's `reduce_range`), and a weight outside
+[-64, 64] (a Q/DQ annotation made elsewhere) keeps relax conv2d, which is exact for any int8. NCHW convs keep
+relax conv2d, and the pass says that convert_layout(conv2d=NHWC) before quantize would reach the dot product.
 
 An annotated op this path cannot run in integers keeps its Q/DQ pair (fake quantization, fp32 kernel);
 the pass records which ones and why in its pipeline record (`analysis.int8.kept_fp32`) and logs it.
@@ -34,12 +39,21 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from workbench.kernels.packed_conv import VNNI_U8S8, emit_conv2d, emit_matmul, to_ohwi, vnni_target
+from workbench.kernels.packed_conv import AVX2_U8S8, VNNI_U8S8, emit_conv2d, emit_matmul, int8_kind, to_ohwi
+from workbench.kernels.x86_int8 import AVX2_WEIGHT_MAX
+from workbench.passes.calibration import INT8_MAX
 from workbench.passes.rewrite import rewrite_functions
 
 log = logging.getLogger("workbench.int8")
 
 _CONV2D, _MATMUL = "relax.nn.conv2d", "relax.matmul"
+AVX2_WEIGHT_QMAX = 63  # the weights' symmetric range where the AVX2 kernel runs them: [-63, 63], 7 bits
+
+
+def weight_qmax(target: tvm.target.Target | None) -> int:
+    """The largest |int8 weight| `quantize(execute=int8)` quantizes to for `target`: 63 where its CPU gets the AVX2
+    kernel (`vpmaddubsw`'s int16 pair sums saturate beyond 7-bit weights), else 127."""
+    return AVX2_WEIGHT_QMAX if int8_kind(target) == AVX2_U8S8 else INT8_MAX
 
 
 def _const(expr: relax.Expr) -> np.ndarray | None:
@@ -56,9 +70,10 @@ class _Int8Lowering(PyExprMutator):
         self.dequantize = tvm.ir.Op.get("relax.dequantize")
         self.lowered: dict[str, int] = {}
         self.kept: list[str] = []
-        self.vnni_cpu = vnni_target(tvm.target.Target.current(allow_none=True))
-        self.vnni = 0  # convs and matmuls lowered to the VNNI kernel
-        self.not_nhwc = 0  # convs on a VNNI CPU that would take it in NHWC
+        self.kind = int8_kind(tvm.target.Target.current(allow_none=True))  # the packed kernel this CPU runs
+        self.packed = {VNNI_U8S8.name: 0, AVX2_U8S8.name: 0}  # convs and matmuls lowered to each packed kernel
+        self.not_nhwc = 0  # convs that would take the packed kernel in NHWC
+        self.wide_weights = 0  # convs and matmuls whose weights exceed the AVX2 kernel's 7 bits
 
     def _dequantized(self, expr: relax.Expr) -> relax.Call | None:
         bound = self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
@@ -104,21 +119,21 @@ class _Int8Lowering(PyExprMutator):
         zero = int(_const(act.args[2]).reshape(()))
         if call.op.name == _MATMUL:
             weight_sums = w.astype(np.int64).sum(axis=0)  # [K, N] -> per output column
-            if self.vnni_cpu:
+            if self.kind is not None and self._fits(w):
                 q_x, zero = self._as_uint8(q_x, zero)
-                acc = emit_matmul(self.builder_, VNNI_U8S8, q_x, w, zero)
-                self.vnni += 1
+                acc = emit_matmul(self.builder_, self.kind, q_x, w, zero)
+                self.packed[self.kind.name] += 1
             else:
                 acc = relax.op.matmul(q_x, w_int8, out_dtype="int32")
         else:
             a = call.attrs
             out_axis = str(a.kernel_layout).index("O")
             weight_sums = w.astype(np.int64).sum(axis=tuple(i for i in range(w.ndim) if i != out_axis))
-            if self._vnni_conv(a):
+            if self._packed_conv(a, w):
                 q_x, zero = self._as_uint8(q_x, zero)
-                acc = emit_conv2d(self.builder_, VNNI_U8S8, q_x, to_ohwi(w, str(a.kernel_layout)), a.strides, a.padding,
-                                  a.dilation, zero)
-                self.vnni += 1
+                acc = emit_conv2d(self.builder_, self.kind, q_x, to_ohwi(w, str(a.kernel_layout)), a.strides,
+                                  a.padding, a.dilation, zero)
+                self.packed[self.kind.name] += 1
             else:
                 padding = [int(p) for p in a.padding]
                 if zero and any(padding):
@@ -138,18 +153,26 @@ class _Int8Lowering(PyExprMutator):
         y = self.builder_.emit(relax.op.astype(acc, "float32"))
         return relax.op.multiply(y, relax.const(scale.reshape(shape)))
 
-    def _vnni_conv(self, attrs) -> bool:
-        """Does this conv get the VNNI kernel (packed_conv.py)? On a VNNI CPU, an ungrouped NHWC conv does; an NCHW
-        one is counted, so the pass can say how to reach it."""
-        if not self.vnni_cpu or int(attrs.groups) != 1:
-            return False
-        if str(attrs.data_layout) == "NHWC" and str(attrs.out_layout or attrs.data_layout) == "NHWC":
+    def _fits(self, w: np.ndarray) -> bool:
+        """Can this CPU's packed kernel multiply weight `w` exactly? Any int8 on VNNI; on AVX2 |w| <= 64 (counted
+        otherwise, so the pass can say why)."""
+        if self.kind != AVX2_U8S8 or int(np.abs(w.astype(np.int16)).max(initial=0)) <= AVX2_WEIGHT_MAX:
             return True
-        self.not_nhwc += 1
+        self.wide_weights += 1
         return False
 
+    def _packed_conv(self, attrs, w: np.ndarray) -> bool:
+        """Does this conv get the packed kernel (packed_conv.py)? On an x86 CPU with AVX2, an ungrouped NHWC conv
+        whose weight fits the kernel does; an NCHW one is counted, so the pass can say how to reach it."""
+        if self.kind is None or int(attrs.groups) != 1:
+            return False
+        if str(attrs.data_layout) != "NHWC" or str(attrs.out_layout or attrs.data_layout) != "NHWC":
+            self.not_nhwc += 1
+            return False
+        return self._fits(w)
+
     def _as_uint8(self, q_x: relax.Expr, zero: int) -> tuple[relax.Expr, int]:
-        """VNNI multiplies uint8 activations: an int8 one is shifted by 128 (its zero point becomes 128)."""
+        """The dot products multiply uint8 activations: an int8 one is shifted by 128 (its zero point becomes 128)."""
         if str(q_x.ty.dtype) == "uint8":
             return q_x, zero
         wide = relax.op.add(relax.op.astype(q_x, "int16"), relax.const(128, "int16"))
@@ -171,13 +194,18 @@ def _plain_layouts(attrs) -> bool:
 
 
 def lower_int8(mod: tvm.IRModule) -> tuple[tvm.IRModule, dict]:
-    """(module with int8 kernels, its record: lowered calls by op, how many run the VNNI kernel, one line per op
-    kept in fp32 with the reason)."""
+    """(module with int8 kernels, its record: lowered calls by op, how many run the VNNI kernel (`vnni`) and the
+    AVX2 one (`avx2`), one line per op kept in fp32 with the reason)."""
     lowering = _Int8Lowering(mod)
     out = lowering.run()
     for line in lowering.kept:
         log.warning("int8: %s", line)
     if lowering.not_nhwc:
-        log.warning("int8: %d NCHW conv2d on this VNNI CPU use no dot-product instructions: run "
-                    "convert_layout(conv2d=NHWC) before quantize", lowering.not_nhwc)
-    return out, {"lowered": lowering.lowered, "vnni": lowering.vnni, "kept_fp32": lowering.kept}
+        log.warning("int8: %d NCHW conv2d on this CPU use no dot-product instructions (%s): run "
+                    "convert_layout(conv2d=NHWC) before quantize", lowering.not_nhwc, lowering.kind.name)
+    if lowering.wide_weights:
+        log.warning("int8: %d conv2d/matmul have weights beyond 7 bits (|w| > %d), which the AVX2 kernel would "
+                    "saturate: they keep relax's int8 ops (quantize them with quantize(execute=int8) for this "
+                    "target)", lowering.wide_weights, AVX2_WEIGHT_MAX)
+    return out, {"lowered": lowering.lowered, "vnni": lowering.packed[VNNI_U8S8.name],
+                 "avx2": lowering.packed[AVX2_U8S8.name], "kept_fp32": lowering.kept}

@@ -19,7 +19,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from workbench.errors import UserError
 from workbench.passes import calibration
 from workbench.passes.clip import clip_as_ops
-from workbench.passes.int8 import lower_int8
+from workbench.passes.int8 import lower_int8, weight_qmax
 from workbench.passes.figures import report_analysis
 from workbench.passes.registry import register
 from workbench.passes.rewrite import rewrite_functions
@@ -146,7 +146,8 @@ class QuantizeParams(BaseModel):
                            description=f"ops whose activation and constant weight get Q/DQ: {', '.join(QUANT_OPS)}")
     execute: Literal["fake", "int8"] = Field(
         default="fake", description="fake: Q/DQ around fp32 kernels (accuracy only); int8: conv2d/matmul run as "
-                                    "int8 x int8 -> int32 kernels with an fp32 rescale epilogue (see passes/int8.py)")
+                                    "int8 x int8 -> int32 kernels with an fp32 rescale epilogue (see passes/int8.py; "
+                                    "7-bit weights on x86 CPUs with AVX2 and no VNNI)")
 
     @field_validator("ops")
     @classmethod
@@ -214,14 +215,14 @@ class _Selector:
         return weight, axis
 
 
-def _quantize_weight(weight: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-output-channel symmetric int8: (int8 weight, float32 scale per channel)."""
+def _quantize_weight(weight: np.ndarray, axis: int, qmax: int = calibration.INT8_MAX) -> tuple[np.ndarray, np.ndarray]:
+    """Per-output-channel symmetric int8 in [-qmax, qmax]: (int8 weight, float32 scale per channel)."""
     reduce = tuple(i for i in range(weight.ndim) if i != axis)
     amax = np.abs(weight).max(axis=reduce)
-    scale = np.where(amax > 0, amax / calibration.INT8_MAX, 1.0).astype(np.float32)
+    scale = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
     shape = [1] * weight.ndim
     shape[axis] = -1
-    q = np.clip(np.round(weight / scale.reshape(shape)), -calibration.INT8_MAX, calibration.INT8_MAX)
+    q = np.clip(np.round(weight / scale.reshape(shape)), -qmax, qmax)
     return q.astype(np.int8), scale
 
 
@@ -231,11 +232,12 @@ class _QDQ(PyExprMutator):
     Rewrite mode: activation -> quantize/dequantize(act scale); weight -> dequantize(int8 constant)."""
 
     def __init__(self, mod: tvm.IRModule, op_names: set[str],
-                 act_quants: list[calibration.ActivationQuant] | None = None):
+                 act_quants: list[calibration.ActivationQuant] | None = None, weight_qmax: int = calibration.INT8_MAX):
         super().__init__(mod)
         self.mod_ = mod
         self.selector = _Selector(op_names, self.lookup_binding)
         self.act_quants = act_quants
+        self.weight_qmax = weight_qmax
         self.observed: list[relax.Var] = []
         self.count = 0
 
@@ -256,7 +258,7 @@ class _QDQ(PyExprMutator):
         zero = relax.const(np.dtype(quant.dtype).type(quant.zero_point))
         q = self.builder_.emit(relax.op.quantize(act, scale, zero, axis=-1, out_dtype=quant.dtype))
         dq = self.builder_.emit(relax.op.dequantize(q, scale, zero, axis=-1, out_dtype="float32"))
-        w_int8, w_scale = _quantize_weight(weight, axis)
+        w_int8, w_scale = _quantize_weight(weight, axis, self.weight_qmax)
         w_dq = self.builder_.emit(relax.op.dequantize(
             relax.const(w_int8), relax.const(w_scale), relax.const(np.zeros(w_scale.shape, np.int8)),
             axis=axis, out_dtype="float32"))
@@ -338,7 +340,10 @@ def quantize(params: QuantizeParams) -> tvm.transform.Pass:
 
     def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         quants = calibrate(mod, params)
-        mod = _QDQ(mod, op_names, quants).run()
+        # executed in int8 on an AVX2 CPU without VNNI, 7-bit weights (passes/int8.py: weight_qmax)
+        qmax = (weight_qmax(tvm.target.Target.current(allow_none=True)) if params.execute == "int8"
+                else calibration.INT8_MAX)
+        mod = _QDQ(mod, op_names, quants, qmax).run()
         mod = relax.transform.DeadCodeElimination()(mod)  # drops the folded weights' float permute_dims
         if params.execute == "int8":
             mod, record = lower_int8(mod)
