@@ -5,10 +5,12 @@ loaded once: for int8 on a VNNI CPU one `vpdpbusd` per pixel and 4 input channel
 `vpmaddubsw` + `vpmaddwd` pairs (tensorized with the kind's intrinsic, kernels/x86_int8.py), for fp32 one
 16-lane FMA per pixel and input channel (two explicit 8-lane vectors without AVX-512). Rows x channel blocks
 run in parallel, and the fused epilogue (scale, bias, activation, requantization) is computed per 8 pixels,
-vectorized. Measured on convnet_small (rocketlake): int8 0.24 ms
-against 0.21 ms after 16 tuned trials per kernel; fp32 0.42 ms against 17.5 ms for the untuned relax conv2d
-build (and 1.25 ms after 16 trials of MetaSchedule's own search; tuning now measures this schedule first, see
-compile/design_spaces.py).
+vectorized. Measured on convnet_small (rocketlake): int8 0.24 ms against 0.21 ms after 16 tuned trials per
+kernel; fp32 0.42 ms against 17.5 ms for the untuned relax conv2d build (and 1.25 ms after 16 trials of
+MetaSchedule's own search; tuning now measures this schedule first, see compile/design_spaces.py). The int8 AVX2
+form keeps AVX2's 6 pixels (12 ymm sums, beside the broadcast activation, the vpmaddubsw result and the ones):
+convnet_small built for znver2 (run on rocketlake) took 3 to 6 pixels within 2% of each other (its widths are
+powers of two, so 5 and 6 are 4) and 8, all 16 ymm registers as sums, 17% longer.
 """
 
 from __future__ import annotations
