@@ -12,8 +12,8 @@ from tvm.s_tir import Schedule
 
 from workbench.kernels.gemm_schedule import gemm_schedule
 from workbench.kernels.loop_schedule import log_plain_loops, loop_schedule
-from workbench.kernels.packed_schedule import packed_kind, packed_schedule
 from workbench.kernels.packed_conv import int8_kind
+from workbench.kernels.packed_schedule import packed_kind, packed_schedule
 from workbench.kernels.row_schedule import row_schedule
 
 
