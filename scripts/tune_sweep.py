@@ -48,7 +48,7 @@ def curve(config_path: Path, budgets: list[int], cost_model: str, out: Path, rep
         tuning = TuningConfig(trials=budget, cost_model=cost_model, database=folder / "db",
                               seed=(experiment.tuning.seed if experiment.tuning else 0))
         step = experiment.model_copy(update={"tuning": tuning, "output": folder})
-        results = tune_optimized(optimized, target, step, base, console)
+        results = tune_optimized(optimized, target, step, base, console).tasks
         built = build_lowered(optimized, target, open_database(folder / "db", create=False))
         runner = tvm_runner("tuned", built, inputs, target)
         median = time_call(runner.run_once, 3, repeat, runner.sync).median_ms

@@ -48,7 +48,7 @@ def record_lines(database: Path) -> list[str]:
 def write_config(folder: Path, database: Path, **tuning) -> Path:
     config = yaml.safe_load(Path("configs/quickstart.yaml").read_text())
     config.update(output=str(folder / "run"), baselines=["ort_none"], measure={"warmup": 1, "repeat": 3},
-                  tuning={"database": str(database), **tuning})
+                  tuning={"database": str(database), "shared": [], **tuning})  # this database alone
     path = folder / "tune.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

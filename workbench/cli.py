@@ -11,7 +11,6 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 import traceback
 from collections.abc import Callable
 from datetime import datetime
@@ -96,11 +95,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from workbench.config import load_experiment
     from workbench.stages.tuning import tune_experiment
 
-    experiment = load_experiment(Path(args.config), list(args.set or []))
+    overrides = list(args.set or []) + ([f"tuning.minutes={args.minutes}"] if args.minutes is not None else [])
+    experiment = load_experiment(Path(args.config), overrides)
     args.log_dir = experiment.output_dir(Path.cwd())
-    started = time.monotonic()
-    results, database = tune_experiment(experiment, Path.cwd(), stderr)
-    minutes = (time.monotonic() - started) / 60
+    tuned = tune_experiment(experiment, Path.cwd(), stderr)
+    results, database = tuned.tasks, tuned.database
     table = Table(title=f"{experiment.name}: tuning database {_shown(database)}")
     for column in ("task", "uses", "trials (before + now) / budget", "best µs", "note"):
         table.add_column(column)
@@ -113,8 +112,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         note = "; ".join(filter(None, [trials_note, *r.flags]))
         table.add_row(r.name, str(r.weight), f"{r.trials_before} + {r.trials_run} / {r.budget}", best, note)
     stdout.print(table)
-    stdout.print(f"Measured {sum(r.trials_run for r in results)} new trials in {minutes:.1f} minutes; "
-                 f"database {_shown(database)}")
+    stdout.print(f"{tuned.summary()}; database {_shown(database)}")
     return 0
 
 
@@ -238,6 +236,8 @@ def make_parser() -> argparse.ArgumentParser:
                                          "each best schedule is checked against the untuned outputs")
     tune.add_argument("config", help="experiment YAML file (its tuning: section; defaults if absent)")
     tune.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
+    tune.add_argument("--minutes", type=float, metavar="N",
+                      help="stop after N wall-clock minutes (tuning.minutes; heaviest kernels first; rerun resumes)")
     tune.set_defaults(handler=cmd_tune)
 
     profile = verbs.add_parser("profile", help="per-kernel time of the workbench build next to ONNX Runtime's "

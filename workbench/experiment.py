@@ -26,7 +26,7 @@ from rich.console import Console
 from workbench.atomic import atomic_write_bytes
 from workbench.compile.build import Built, build_lowered, build_tvm_default
 from workbench.compile.cuda_report import kernel_report
-from workbench.compile.databases import applied_database
+from workbench.compile.schedule_sources import schedule_sources
 from workbench.compile.targets import (GENERIC_CPU, describe, device_for, is_cuda, make_target, resolved,
                                       target_key)
 from workbench.config import pipeline_spec
@@ -37,7 +37,7 @@ from workbench.measure.iree import iree_runner, iree_version
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
 from workbench.models.accuracy import compare
 from workbench.record import mlflow_sink
-from workbench.record.report import write_report
+from workbench.record.report import schedules_line, write_report
 from workbench.record.result import Accuracy, Measurement, PassEntry, RunResult
 from workbench.record.store import ResultsStore
 from workbench.runtime.rpc import connect
@@ -80,12 +80,12 @@ def _cached(builds: dict | None, recipe, mod, target):
 
 
 def _workbench_build(optimized, target, library: Path, builds: dict | None, database=None,
-                     layout_rewrite: bool = False):
-    """Build the optimized module (with `database`'s tuned schedules) and export it to `library`; with `builds`,
-    a structurally equal module's build is reused and its library copied, not emitted again. Tuned builds
-    are never reused: the database may have grown since."""
+                     layout_rewrite: bool = False, source_of=None):
+    """Build the optimized module (with `database`'s tuned schedules; `source_of` says which of its databases
+    supplied each) and export it to `library`; with `builds`, a structurally equal module's build is reused and
+    its library copied, not emitted again. Tuned builds are never reused: the database may have grown since."""
     if database is not None:
-        built = build_lowered(optimized, target, database, layout_rewrite)
+        built = build_lowered(optimized, target, database, layout_rewrite, source_of)
         built.export(library)
         return built
     built = _cached(builds, build_lowered, optimized, target)
@@ -254,9 +254,9 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
 
     tuning = experiment.tuning
     tune_hint = f"workbench tune {config_path or 'CONFIG'}"
-    database, choice = None, None
+    sources = None
     if tuning is not None and not tuning.tune:  # a missing database is reported before any long work
-        choice, database = applied_database(experiment, base_dir, target, tune_hint)
+        sources = schedule_sources(experiment, base_dir, target, tune_hint)
     if prepared is None:
         with step(console, f"Loading {experiment.model.source} and importing it to Relax"):
             prepared = prepare(experiment, base_dir, target)
@@ -269,21 +269,27 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
             optimized = optimize(prepared, experiment.pipeline, dump_ir)
     result.passes = [PassEntry(**vars(record)) for record in optimized.records]
     if tuning is not None and tuning.tune:
-        trials, _folder = tune_optimized(optimized.module, target, experiment, base_dir, console)
-        result.tuning_trials = [r.as_dict() for r in trials]
-        choice, database = applied_database(experiment, base_dir, target, tune_hint)
+        tuned = tune_optimized(optimized.module, target, experiment, base_dir, console)
+        result.tuning_trials = [r.as_dict() for r in tuned.tasks]
+        result.tuning_time = tuned.clock.as_dict()
+        console.print(f"[green]✓[/] {tuned.summary()}")
+        sources = schedule_sources(experiment, base_dir, target, tune_hint)
+    database = sources.database if sources is not None else None
     with step(console, f"Building workbench for {target_key(target)}"
-                       + (f" with tuned schedules ({choice.tuned_for or 'target unrecorded'})" if database is not None else "")):
+                       + (f" with tuned schedules ({len(sources.sources)} databases)" if database is not None else "")):
         library = out_dir / "workbench.so"
-        built = _workbench_build(optimized.module, target, library, builds, database, experiment.layout_rewrite)
+        built = _workbench_build(optimized.module, target, library, builds, database, experiment.layout_rewrite,
+                                 sources.source_of if sources is not None else None)
     if built.fell_back:
         result.kernels_fell_back = built.fell_back
         console.print(f"[yellow]![/] {len(built.fell_back)} kernels failed to lower with their schedule and run "
                       f"plain loops: {', '.join(built.fell_back)}")
-    if choice is not None:
-        result.tuning = {**choice.as_dict(), "layout_rewrite": experiment.layout_rewrite, **(built.tuning or {})}
-        if choice.note:
-            console.print(f"[yellow]![/] {choice.note}")
+    if sources is not None:
+        result.tuning = sources.record(built.tuning, experiment.layout_rewrite)
+        if database is not None:
+            console.print(f"[green]✓[/] {schedules_line(result.tuning)}")
+        if sources.own.note:
+            console.print(f"[yellow]![/] {sources.own.note}")
 
     labels = [WORKBENCH_LABEL, *experiment.baselines, *(["ort_cuda"] if is_cuda(target) else [])]
     outputs: dict[str, list[np.ndarray]] = {}

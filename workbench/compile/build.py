@@ -22,7 +22,7 @@ for them; the weights are rewritten once, at build time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,13 +36,15 @@ from workbench.passes.figures import count_kernels
 
 log = logging.getLogger("workbench.build")
 
+SourceOf = Callable[[tvm.IRModule], str]  # a kernel's workload -> the database that supplies its schedule
+
 
 @dataclass
 class Built:
     executable: tvm.runtime.Executable
     lowered: tvm.IRModule
     kernels: int
-    tuning: dict | None = None  # {"covered": [...], "fallback": [...]} kernel names, when a database was applied
+    tuning: dict | None = None  # {"covered", "fallback"[, "sources"]} kernel names, when a database was applied
     fell_back: list[str] = field(default_factory=list)  # kernels built with plain loops: their schedule failed to lower
 
     def export(self, path: Path) -> Path:
@@ -85,22 +87,46 @@ def legalized(mod: tvm.IRModule, target: tvm.target.Target, database=None, layou
     """`mod` dispatched, legalized to TIR and (with a database) given its tuned schedules: the build's kernels
     before GPU scheduling and lowering. Tuning extracts its tasks from `legalized(mod, target, layout_rewrite=...)`,
     so their workloads are these kernels exactly (the layout-free marks included)."""
+    with target:
+        passes = tvm.transform.Sequential(legalize_passes(target, False, layout_rewrite))
+    with _build_context(mod, target):
+        plain = passes(mod)
+    return plain if database is None else _with_database(mod, plain, target, database)
+
+
+def _with_database(mod: tvm.IRModule, plain: tvm.IRModule, target: tvm.target.Target, database) -> tvm.IRModule:
+    """`plain` (legalized `mod`) with the database's schedules applied to the kernels it has records for."""
     with target:  # MetaScheduleApplyDatabase reads the current target when it is created
-        passes = tvm.transform.Sequential(legalize_passes(target, database is not None, layout_rewrite))
+        apply = relax.transform.MetaScheduleApplyDatabase()
     with _build_context(mod, target, database):
-        return passes(mod)
+        return apply(plain)
 
 
-def build_lowered(mod: tvm.IRModule, target: tvm.target.Target, database=None, layout_rewrite: bool = False) -> Built:
+def kernel_sources(plain: tvm.IRModule, covered: list[str], source_of: SourceOf) -> dict[str, list[str]]:
+    """Which database supplied each covered kernel: `source_of` its workload (the kernel as legalized, normalized
+    as MetaScheduleApplyDatabase looks it up), kernels grouped by the answer."""
+    normalize = tvm.get_global_func("tvm.s_tir.meta_schedule.normalize_mod")
+    by_source: dict[str, list[str]] = {}
+    for name in covered:
+        by_source.setdefault(source_of(normalize(plain[name])), []).append(name)
+    return by_source
+
+
+def build_lowered(mod: tvm.IRModule, target: tvm.target.Target, database=None, layout_rewrite: bool = False,
+                  source_of: SourceOf | None = None) -> Built:
     """Build a module whose graph-level passes already ran (the workbench and tvm_unoptimized recipes).
 
     `database` (a MetaSchedule database) supplies tuned schedules for the kernels it has records for; with
     `layout_rewrite` the tuned kernels may read their constant weights pre-packed (see
-    `kernels.lowering.weight_layout_passes`).
+    `kernels.lowering.weight_layout_passes`). With `source_of` (a database made of several, as
+    compile/schedule_sources.py has it), `Built.tuning['sources']` says which of them supplied each tuned kernel.
     """
-    scheduled = legalized(mod, target, database, layout_rewrite)
+    plain = legalized(mod, target, None, layout_rewrite)
+    scheduled = plain if database is None else _with_database(mod, plain, target, database)
     lowered = _lowered(mod, scheduled, target, database, layout_rewrite)
     coverage = tuning_coverage(scheduled, lowered) if database is not None else None
+    if coverage is not None and source_of is not None:
+        coverage["sources"] = kernel_sources(plain, coverage["covered"], source_of)
     try:
         return _compiled(lowered, target, coverage)
     except Exception:  # noqa: BLE001 - TVM raises InternalError and others; compiling each kernel alone tells
@@ -110,12 +136,14 @@ def build_lowered(mod: tvm.IRModule, target: tvm.target.Target, database=None, l
             raise
     log.warning("%d kernels failed to lower with their schedule and are built with plain loops: %s",
                 len(failing), ", ".join(sorted(failing)))
-    untuned = legalized(mod, target, None, layout_rewrite)
     for name in failing:  # a tuned schedule is replaced too: the kernel as legalized, before any schedule
-        scheduled[name] = untuned[name]
+        scheduled[name] = plain[name]
     if coverage is not None:  # a tuned kernel that fell back runs plain loops, not its record
-        coverage = {"covered": sorted(set(coverage["covered"]) - failing),
+        coverage = {**coverage, "covered": sorted(set(coverage["covered"]) - failing),
                     "fallback": sorted(set(coverage["fallback"]) | (failing & set(coverage["covered"])))}
+        if "sources" in coverage:
+            coverage["sources"] = {key: [name for name in names if name not in failing]
+                                   for key, names in coverage["sources"].items()}
     built = _compiled(_lowered(mod, scheduled, target, database, layout_rewrite, frozenset(failing)), target, coverage)
     built.fell_back = sorted(failing)
     return built

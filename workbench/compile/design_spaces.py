@@ -9,6 +9,8 @@ and the workbench's own schedule as its first candidate.
   AVX2's `vpmaddubsw` + `vpmaddwd` without VNNI), again without the import.
 - A kernel the workbench schedules itself when untuned (kernels/default_schedule.py: a packed conv, an elementwise
   op) is first measured with that schedule, committed as its first record, so the search starts from it.
+- A kernel another database (another model's, compile/schedule_sources.py) has a record for is measured first with
+  that schedule, so the search starts from the best schedule known for it anywhere.
 """
 
 from __future__ import annotations
@@ -100,6 +102,27 @@ def tune_context(task: ms.ExtractedTask, num_cores: int, search_strategy: ms.sea
                               rand_state=rand_state, num_threads=num_cores).clone()
 
 
+def _measure_and_commit(task: ms.ExtractedTask, schedule: tvm.s_tir.Schedule, target: tvm.target.Target,
+                        database: ms.database.Database, builder: ms.builder.Builder, runner: ms.runner.Runner,
+                        what: str) -> bool:
+    """Build and run `schedule` of the task's kernel here and commit it to `database` as a record of the task;
+    False (and a warning naming `what`) if it failed to build or run."""
+    (built,) = builder.build([ms.builder.BuilderInput(schedule.mod, target)])
+    args_info = ms.arg_info.ArgInfo.from_entry_func(schedule.mod)
+    device = "cpu" if target.kind.name == "llvm" else target.kind.name
+    ran = None if built.error_msg else runner.run([ms.runner.RunnerInput(built.artifact_path, device,
+                                                                         args_info)])[0].result()
+    if ran is None or ran.error_msg:
+        logging.getLogger("workbench.tuning").warning("%s: %s failed to %s: %s", task.task_name, what,
+                                                      "build" if ran is None else "run",
+                                                      (built.error_msg or ran.error_msg).strip().splitlines()[-1])
+        return False
+    database.commit_tuning_record(ms.database.TuningRecord(
+        schedule.trace, database.commit_workload(task.dispatched[0]), [float(s) for s in ran.run_secs], target,
+        args_info))
+    return True
+
+
 def measure_default_schedule(task: ms.ExtractedTask, target: tvm.target.Target, database: ms.database.Database,
                              builder: ms.builder.Builder, runner: ms.runner.Runner) -> bool:
     """Measure the schedule an untuned build gives the kernel (kernels/default_schedule.py) and commit it as the
@@ -109,17 +132,35 @@ def measure_default_schedule(task: ms.ExtractedTask, target: tvm.target.Target, 
     schedule = default_schedule(task.dispatched[0]["main"], target)
     if schedule is None:
         return False
-    (built,) = builder.build([ms.builder.BuilderInput(schedule.mod, target)])
-    args_info = ms.arg_info.ArgInfo.from_entry_func(schedule.mod)
-    device = "cpu" if target.kind.name == "llvm" else target.kind.name
-    ran = None if built.error_msg else runner.run([ms.runner.RunnerInput(built.artifact_path, device,
-                                                                         args_info)])[0].result()
-    if ran is None or ran.error_msg:
-        logging.getLogger("workbench.tuning").warning("%s: the default schedule failed to %s: %s", task.task_name,
-                                                      "build" if ran is None else "run",
-                                                      (built.error_msg or ran.error_msg).strip().splitlines()[-1])
-        return False
-    database.commit_tuning_record(ms.database.TuningRecord(
-        schedule.trace, database.commit_workload(task.dispatched[0]), [float(s) for s in ran.run_secs], target,
-        args_info))
-    return True
+    return _measure_and_commit(task, schedule, target, database, builder, runner, "the default schedule")
+
+
+SharedDatabase = tuple[str, ms.database.Database]  # a database tuning reads but never writes, and its name
+
+
+def shared_schedule(task: ms.ExtractedTask, target: tvm.target.Target,
+                    shared: list[SharedDatabase]) -> tuple[str, tvm.s_tir.Schedule] | None:
+    """The best schedule another database holds for the task's workload (the first that has one, in lookup order,
+    as a build would take it) and that database's name; None where none has the workload."""
+    workload = task.dispatched[0]
+    for name, database in shared:
+        # has_workload first: a query for an unknown workload must not commit it to a database tuning only reads
+        if database.has_workload(workload):
+            schedule = database.query_schedule(workload, target, task.task_name)
+            if schedule is not None:
+                return name, schedule
+    return None
+
+
+def measure_shared_schedule(task: ms.ExtractedTask, target: tvm.target.Target, database: ms.database.Database,
+                            builder: ms.builder.Builder, runner: ms.runner.Runner,
+                            shared: list[SharedDatabase]) -> str | None:
+    """Measure here the schedule another model's database holds for this kernel (same workload: the same TIR) and
+    commit it as a record of the task, so its search starts from what was found there (measured on this machine,
+    not trusted from elsewhere). The name of the database it came from, or None (none has it, or it failed)."""
+    found = shared_schedule(task, target, shared)
+    if found is None:
+        return None
+    name, schedule = found
+    return name if _measure_and_commit(task, schedule, target, database, builder, runner,
+                                       f"the schedule from {name}") else None

@@ -45,6 +45,7 @@ class TaskResult:
     trials_run: int = 0
     best_us: float | None = None
     rejected: int = 0  # best records dropped for computing wrong outputs (compile/verify.py)
+    seeded_from: str | None = None  # the shared database whose schedule for it was measured first
 
     @property
     def trials(self) -> int:
@@ -55,12 +56,13 @@ class TaskResult:
         """What a progress row or the tune table notes of the task: its search space used up, wrong schedules
         dropped."""
         return (["search space used up"] if self.exhausted else []) + (
-            [f"{self.rejected} wrong schedule(s) dropped"] if self.rejected else [])
+            [f"{self.rejected} wrong schedule(s) dropped"] if self.rejected else []) + (
+            [f"started from {self.seeded_from}'s schedule"] if self.seeded_from else [])
 
     def as_dict(self) -> dict:
         return {"name": self.name, "weight": self.weight, "budget": self.budget, "trials_before": self.trials_before,
                 "trials_run": self.trials_run, "exhausted": self.exhausted, "best_us": self.best_us,
-                "rejected": self.rejected}
+                "rejected": self.rejected, "seeded_from": self.seeded_from}
 
 
 def tuning_target(target: tvm.target.Target) -> tvm.target.Target:

@@ -20,6 +20,7 @@ Choices that are not MetaSchedule's defaults, and why:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,10 +30,12 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.databases import open_database
-from workbench.compile.design_spaces import measure_default_schedule, tune_context
+from workbench.compile.design_spaces import (SharedDatabase, measure_default_schedule, measure_shared_schedule,
+                                             tune_context)
 from workbench.compile.interrupts import Interrupts
 from workbench.compile.targets import runs_here
 from workbench.compile.tasks import TaskResult, best_latency_us, mark_exhausted, plan, tuning_target
+from workbench.compile.tuning_clock import OutOfTime, TuningClock
 from workbench.compile.verify import Reference, reject_wrong_best, untuned_reference
 from workbench.config import TuningConfig
 from workbench.errors import UserError
@@ -151,15 +154,19 @@ Progress = Callable[[TaskResult], None]  # called when a task starts, after each
 
 def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config: TuningConfig,
                database_dir: Path, log_dir: Path, progress: Progress | None = None,
-               cost_model: ms.cost_model.CostModel | None = None) -> list[TaskResult]:
+               cost_model: ms.cost_model.CostModel | None = None, clock: TuningClock | None = None,
+               shared: list[SharedDatabase] | None = None) -> list[TaskResult]:
     """Tune each task up to its budget (skipping those already there), never past `config.trials` in all;
     then spend `config.hot_trials` one search round at a time on the task that holds the most time now
     (best µs x uses: what `workbench profile` would put on top), so tuning time goes where latency is.
 
     Trials already in the database count toward every budget (trials past a task's budget are hot trials),
     so a rerun with the same config only finishes what an interrupted run left (and measures nothing when
-    the first run completed).
+    the first run completed). `clock` (default: one for `config.minutes`) stops tuning once the minutes are
+    spent, after the round in flight, and says why tuning stopped. A task new to the database first measures
+    the schedule the first of the `shared` databases (read only) holds for its workload, if any.
     """
+    clock = clock or TuningClock(config.minutes)
     target = tuning_target(target)
     num_cores = target_threads(target)
     use_tvm_threads(num_cores)  # the runner's processes measure candidates on the threads the build runs on
@@ -177,7 +184,8 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
         contexts = _contexts(tasks, loggers, num_cores, config.seed)
 
         def tune_one(index: int, want: int) -> None:
-            """Up to `want` more trials of task `index`; a search that finds nothing new marks it exhausted."""
+            """Up to `want` more trials of task `index`; a search that finds nothing new marks it exhausted.
+            Once the clock's minutes are spent it stops after the round just measured (kept in the database)."""
             task, result = tasks[index], results[index]
             before = result.trials_run
 
@@ -186,20 +194,38 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
                 result.best_us = best_latency_us(database, task.dispatched[0])
                 report(result)
                 interrupts.check()
+                clock.check()
 
-            with interrupts.handled():
-                ms.tune.tune_tasks(
-                    tasks=[contexts[index]], task_weights=[float(task.weight)], work_dir=str(log_dir),
-                    max_trials_global=want, max_trials_per_task=want,
-                    num_trials_per_iter=min(config.trials_per_iter, want),
-                    builder=builder, runner=runner, database=database, cost_model=cost_model,
-                    measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
-                                       _ProgressCallback(measured)],
-                    task_scheduler="round-robin",
-                )
+            try:
+                with interrupts.handled():
+                    ms.tune.tune_tasks(
+                        tasks=[contexts[index]], task_weights=[float(task.weight)], work_dir=str(log_dir),
+                        max_trials_global=want, max_trials_per_task=want,
+                        num_trials_per_iter=min(config.trials_per_iter, want),
+                        builder=builder, runner=runner, database=database, cost_model=cost_model,
+                        measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
+                                           _ProgressCallback(measured)],
+                        task_scheduler="round-robin",
+                    )
+            except (OutOfTime, RuntimeError):  # the FFI may hand OutOfTime back as a RuntimeError
+                if clock.stopped != "minutes":
+                    raise
+                return
             if result.trials_run - before < want:  # the search found nothing new to measure: the space is used up
                 result.exhausted = True
                 mark_exhausted(database_dir, task)
+
+        def seed_first_records(index: int, want: int) -> int:
+            """A new task's first records (at most `want`): the schedule a shared database holds for it, then
+            its default schedule; how many were measured."""
+            task, result = tasks[index], results[index]
+            seeded = measure_shared_schedule(task, target, database, builder, runner, shared or [])
+            result.seeded_from = seeded
+            count = int(seeded is not None)
+            if count < want and measure_default_schedule(task, target, database, builder, runner):
+                count += 1
+            result.trials_run += count
+            return count
 
         references: dict[int, Reference] = {}  # computed once per task: hot rounds check the same task again
 
@@ -214,20 +240,21 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
                 results[index].rejected += rejected
             results[index].best_us = best_latency_us(database, tasks[index].dispatched[0])
 
-        for index, result in enumerate(results):
+        for index, result in enumerate(results):  # heaviest first: a time budget goes to what matters most
+            if clock.spent() and any(r.trials_run for r in results):  # a run always measures its first round
+                break
             want = 0 if result.exhausted else min(result.budget - result.trials_before, left)
             report(result)
-            if want > 0 and result.trials_before == 0 and measure_default_schedule(tasks[index], target, database,
-                                                                                    builder, runner):
-                result.trials_run += 1
-                want -= 1
-            if want > 0:
+            if want > 0 and result.trials_before == 0:
+                want -= seed_first_records(index, want)
+            if want > 0 and not clock.spent():
                 tune_one(index, want)
             left -= result.trials_run
             verify(index)
             report(result)
-        hot = config.hot_trials - sum(max(0, r.trials_before - r.budget) for r in results)  # resumes, too
-        while hot > 0:
+        hot = (math.inf if config.hot_until_time  # with minutes and no hot_trials: hot rounds until the time is up
+               else config.hot_trials - sum(max(0, r.trials_before - r.budget) for r in results))  # resumes, too
+        while hot > 0 and not clock.spent():
             index = hottest(results)
             if index is None:
                 break
@@ -236,4 +263,5 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
             hot -= results[index].trials_run - ran
             verify(index)
             report(results[index])
+    clock.finish()
     return results

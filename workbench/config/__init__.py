@@ -144,6 +144,14 @@ class TuningConfig(Strict):
     cost_model: Literal["xgb", "random"] = "xgb"
     database: Path | None = Field(default=None, description="schedule database root, one folder per resolved target "
                                                             "inside (<root>/llvm-znver3); default schedules/<name>")
+    shared: list[Path] | None = Field(
+        default=None, description="more schedule databases a build looks a kernel up in after its own (read only): "
+                                  "a folder of roots (schedules/), a root or a database; default the repo's "
+                                  "committed schedules/; [] for none")
+    minutes: PositiveFloat | None = Field(
+        default=None, description="stop tuning once this many wall-clock minutes are spent (checked after each "
+                                  "search round, heaviest kernels first; a rerun resumes); with hot_trials unset, "
+                                  "the time left after every task's budget goes to hot rounds")
     layout_rewrite: bool = Field(default=False, description="let MetaSchedule rewrite constant weights into the "
                                                             "layout each tuned kernel reads best, computed once at "
                                                             "build time (llvm)")
@@ -151,6 +159,12 @@ class TuningConfig(Strict):
     rpc: RpcConfig | None = Field(default=None, description="the tracker and device key (runner: rpc)")
     seed: int = 0
     tune: bool = Field(default=False, description="`workbench run` tunes (resuming the database) before building")
+
+    @property
+    def hot_until_time(self) -> bool:
+        """Do hot rounds go on until `minutes` runs out (minutes set, hot_trials not)? "Tune for 10 minutes" then
+        spends all 10, the time left after the per-task budgets on the kernel holding the most time."""
+        return self.minutes is not None and "hot_trials" not in self.model_fields_set
 
     @model_validator(mode="after")
     def _rpc_has_tracker(self) -> TuningConfig:
@@ -236,6 +250,12 @@ class Experiment(Strict):
         """The tuning database root (`tuning.database`, or schedules/<name>), one folder per target inside."""
         configured = self.tuning.database if self.tuning else None
         return base_dir / (configured or Path("schedules") / self.name)
+
+    def shared_roots(self, base_dir: Path) -> list[Path] | None:
+        """The configured `tuning.shared` folders, relative paths taken from `base_dir`; None: the default
+        (the committed schedules, which compile/schedule_sources.py finds)."""
+        shared = self.tuning.shared if self.tuning else None
+        return None if shared is None else [base_dir / path for path in shared]
 
     def results_path(self, base_dir: Path) -> Path:
         return base_dir / self.results if self.results else self.output_dir(base_dir).parent / RESULTS_STORE

@@ -1,11 +1,13 @@
-"""pack_conv2d: fp32 NHWC conv2d with a constant weight as the packed kernel (packed_conv.py), for CPUs.
+"""pack_conv2d: fp32 conv2d with a constant weight as the packed kernel (packed_conv.py), for CPUs.
 
 relax conv2d legalizes to a plain loop nest that an untuned CPU build runs as it is (convnet_small: 17.5 ms
 against ONNX Runtime's 0.25 ms); the packed kernel gets a fixed register-blocked schedule in the build
 (kernels/packed_schedule.py) and MetaSchedule tunes it like any kernel. The weight is packed here, once, to
 [O/16, KH, KW, C, 16] with zero weights padding O to 16; a depthwise conv (one output channel per input
 channel) takes the kernel's depthwise kind, [C/16, KH, KW, 16]; another grouped conv one kernel per group. Convs
-it does not take (NCHW, a weight that is not a constant yet, other dtypes) are kept and listed in the pass's `analysis`.
+it does not take (a weight that is not a constant yet, other dtypes) are kept and listed in the pass's `analysis`.
+An NCHW conv (where convert_layout could not convert it) runs between two transposes, counted in the analysis:
+convert_layout first is better, as it moves whole chains of ops to NHWC and leaves transposes only at the ends.
 """
 
 from __future__ import annotations
@@ -19,16 +21,20 @@ from workbench.passes.registry import register
 from workbench.passes.rewrite import rewrite_calls
 
 
-def _depthwise(call: relax.Call) -> bool:
-    """groups == input channels == output channels (NHWC): each output channel reads only its own input channel."""
-    return int(call.attrs.groups) > 1 and int(call.attrs.groups) == int(call.args[0].ty.shape[3]) == int(call.ty.shape[3])
+NHWC_FROM_NCHW, NCHW_FROM_NHWC = [0, 2, 3, 1], [0, 3, 1, 2]
+
+
+def _depthwise(groups: int, channels: int, w_ohwi) -> bool:
+    """groups == input channels == output channels: each output channel reads only its own input channel."""
+    return groups > 1 and groups == channels == w_ohwi.shape[0]
 
 
 def _why_not(call: relax.Call) -> str | None:
     """Why this conv2d does not take the packed kernel (None when it does)."""
     a = call.attrs
-    if str(a.data_layout) != "NHWC" or str(a.out_layout or a.data_layout) != "NHWC":
-        return f"layout {a.data_layout} (needs NHWC: run convert_layout(conv2d=NHWC) first)"
+    layout = str(a.data_layout)
+    if layout not in ("NHWC", "NCHW") or str(a.out_layout or layout) != layout:
+        return f"layout {layout} -> {a.out_layout} (needs NHWC, or NCHW in and out)"
     if not isinstance(call.args[1], tvm.ir.expr.Constant):
         return "weight is not a constant (run fold_constant after convert_layout)"
     dtypes = {str(call.args[0].ty.dtype), str(call.args[1].ty.dtype), str(call.ty.dtype)}
@@ -37,52 +43,69 @@ def _why_not(call: relax.Call) -> str | None:
     return None
 
 
-def _one_column(call: relax.Call, w_ohwi) -> bool:
+def _one_column(x: relax.Expr, padding, w_ohwi) -> bool:
     """A conv over a one-pixel-wide image with a one-wide window (Magika's [N, 2048, 1, C] 5x1 conv)."""
-    _, _, width, _ = (int(d) for d in call.args[0].ty.shape)
-    padding = [int(p) for p in call.attrs.padding]
-    return width == 1 and w_ohwi.shape[2] == 1 and padding[1] == padding[3] == 0
+    width = int(x.ty.shape[2])
+    return width == 1 and w_ohwi.shape[2] == 1 and int(padding[1]) == int(padding[3]) == 0
 
 
-def _grouped(builder: relax.BlockBuilder, call: relax.Call, w_ohwi) -> relax.Expr:
+def _grouped(builder: relax.BlockBuilder, x: relax.Expr, attrs, w_ohwi) -> relax.Expr:
     """A grouped conv that is not depthwise (ResNeXt, ShuffleNet) as one packed conv per group on its slice of the
     input channels, concatenated: relax's grouped conv2d has no default schedule (27 ms against ONNX Runtime's
     0.12 for 4 groups of 16 channels at 40x40)."""
-    a, groups = call.attrs, int(call.attrs.groups)
-    per_in, per_out = int(call.args[0].ty.shape[3]) // groups, w_ohwi.shape[0] // groups
+    groups = int(attrs.groups)
+    per_in, per_out = int(x.ty.shape[3]) // groups, w_ohwi.shape[0] // groups
     outs = []
     for g in range(groups):
-        part = builder.emit(relax.op.strided_slice(call.args[0], axes=[3], begin=[g * per_in], end=[(g + 1) * per_in]))
-        outs.append(builder.emit(emit_conv2d(builder, FP32, part, w_ohwi[g * per_out:(g + 1) * per_out], a.strides,
-                                             a.padding, a.dilation)))
+        part = builder.emit(relax.op.strided_slice(x, axes=[3], begin=[g * per_in], end=[(g + 1) * per_in]))
+        outs.append(builder.emit(emit_conv2d(builder, FP32, part, w_ohwi[g * per_out:(g + 1) * per_out],
+                                             attrs.strides, attrs.padding, attrs.dilation)))
     return relax.op.concat(outs, axis=3)
 
 
-def _packed(builder: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-    """The packed kernel's call. The kernel's schedule blocks output pixels along W, so a one-pixel-wide image runs
-    transposed, as one row (a free reshape in NHWC): Magika's conv ran 10x slower one pixel per step."""
+def _packed_nhwc(builder: relax.BlockBuilder, call: relax.Call, x: relax.Expr) -> relax.Expr:
+    """The packed kernel's call on NHWC `x`. The kernel's schedule blocks output pixels along W, so a one-pixel-wide
+    image runs transposed, as one row (a free reshape in NHWC): Magika's conv ran 10x slower one pixel per step."""
     a = call.attrs
     w_ohwi = to_ohwi(call.args[1].value.numpy(), str(a.kernel_layout))
-    kind = DEPTHWISE_FP32 if _depthwise(call) else FP32
+    n, height, _, channels = (int(d) for d in x.ty.shape)
+    kind = DEPTHWISE_FP32 if _depthwise(int(a.groups), channels, w_ohwi) else FP32
     if int(a.groups) > 1 and kind == FP32:
-        return _grouped(builder, call, w_ohwi)
-    if not _one_column(call, w_ohwi):
-        return emit_conv2d(builder, kind, call.args[0], w_ohwi, a.strides, a.padding, a.dilation)
-    n, height, _, channels = (int(d) for d in call.args[0].ty.shape)
-    row = builder.emit(relax.op.reshape(call.args[0], [n, 1, height, channels]))
+        return _grouped(builder, x, a, w_ohwi)
+    if not _one_column(x, a.padding, w_ohwi):
+        return emit_conv2d(builder, kind, x, w_ohwi, a.strides, a.padding, a.dilation)
+    row = builder.emit(relax.op.reshape(x, [n, 1, height, channels]))
     top, _, bottom, _ = (int(p) for p in a.padding)
     out = builder.emit(emit_conv2d(builder, kind, row, w_ohwi.transpose(0, 2, 1, 3), (1, int(a.strides[0])),
                                    (0, top, 0, bottom), (1, int(a.dilation[0]))))
-    return relax.op.reshape(out, call.ty.shape)
+    out_height = int(out.ty.shape[2])
+    return relax.op.reshape(out, [n, out_height, 1, int(out.ty.shape[3])])
+
+
+class _Packer:
+    """pack_conv2d's rewrite, counting the NCHW convs it wraps in transposes (where convert_layout could not
+    convert them: TVM's ConvertLayout fails on silero-vad, whose Conv1d stack then ran as plain loops)."""
+
+    def __init__(self) -> None:
+        self.in_nchw = 0
+
+    def __call__(self, builder: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        if str(call.attrs.data_layout) == "NHWC":
+            return _packed_nhwc(builder, call, call.args[0])
+        self.in_nchw += 1
+        x = builder.emit(relax.op.permute_dims(call.args[0], NHWC_FROM_NCHW))
+        return relax.op.permute_dims(builder.emit(_packed_nhwc(builder, call, x)), NCHW_FROM_NHWC)
 
 
 @register("pack_conv2d", "layout")
 def pack_conv2d(_params) -> tvm.transform.Pass:
-    """fp32 NHWC conv2d with a constant weight as the packed CPU kernel (weight packed once, 16 channels innermost)."""
+    """fp32 conv2d with a constant weight as the packed CPU kernel (weight packed once, 16 channels innermost); an
+    NCHW conv between transposes."""
 
     def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        mod, packed, kept = rewrite_calls(mod, "relax.nn.conv2d", _why_not, _packed)
-        report_analysis(conv2d_packed=packed, conv2d_kept=kept)
+        packer = _Packer()
+        mod, packed, kept = rewrite_calls(mod, "relax.nn.conv2d", _why_not, packer)
+        report_analysis(conv2d_packed=packed, conv2d_packed_in_nchw=packer.in_nchw, conv2d_kept=kept)
         return relax.transform.DeadCodeElimination()(mod)
 
     return tvm.transform.module_pass(run, opt_level=0, name="pack_conv2d")

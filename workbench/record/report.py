@@ -57,9 +57,25 @@ def summary_rows(result: RunResult) -> list[dict]:
     return rows
 
 
+def schedules_line(tuning: dict) -> str | None:
+    """How many kernels each database supplied and how many kept their default schedule, in lookup order:
+    'schedules: 12 from quickstart (exact), 3 from rapidocr_det (shared), 9 untuned'. None for a result written
+    before builds read shared databases (it has no `sources`)."""
+    if "sources" not in tuning:
+        return None
+    parts = [f"{len(source['kernels'])} from {source['name']} ({source['match']})" for source in tuning["sources"]]
+    return "schedules: " + ", ".join([*parts, f"{len(tuning.get('fallback') or [])} untuned"])
+
+
 def tuning_note(tuning: dict) -> str:
-    """Which schedules the workbench build ran with: the database's target and its kernel coverage, or why
-    it is untuned (no database for this target, and the command that tunes it)."""
+    """Which schedules the workbench build ran with: the kernels each database supplied (and, where the config's
+    own database is another target's or missing, why), or for an older result the database's target and its
+    kernel coverage, or why it is untuned (no database for this target, and the command that tunes it)."""
+    line = schedules_line(tuning)
+    if line is not None:
+        own = (tuning.get("note") or "").removeprefix("untuned: ")
+        prepacked = ", weights pre-packed" if tuning.get("layout_rewrite") and tuning.get("covered") else ""
+        return line + prepacked + (f"; {own}" if own else "")
     if tuning.get("match") == "none":
         return tuning["note"]
     covered = len(tuning.get("covered") or [])
@@ -285,6 +301,17 @@ def latency_chart(result: RunResult, path: Path) -> Path:
     return save_png(latency_figure(result), path)
 
 
+def _tuning_lines(result: RunResult) -> list[str]:
+    """The header's tuning lines: where the schedules came from; how long tuning ran first and why it stopped."""
+    lines = [line] if result.tuning and (line := schedules_line(result.tuning)) else []
+    timing = result.tuning_time
+    if timing:
+        budget = timing.get("minutes_budget")
+        used = f"{timing.get('minutes_used', 0):.2f}" + (f" of {budget:g}" if budget else "")
+        lines.append(f"tuned first: {used} min ({timing.get('reason')})")
+    return lines
+
+
 def write_report(result: RunResult, out_dir: Path) -> Path:
     """Write report.md and latency.png (linked relatively) into `out_dir`; return the report's path."""
     out_dir = Path(out_dir)
@@ -296,6 +323,7 @@ def write_report(result: RunResult, out_dir: Path) -> Path:
         f"- target: `{_target_text(result)}`, built for {_resolved_text(result)}\n"
         f"- pipeline: `{result.pipeline_text or '(empty)'}`\n"
         f"- accuracy reference: `{result.reference}`"
+        + "".join(f"\n- {line}" for line in _tuning_lines(result))
         + (f"\n- **run failed**: {result.error}" if result.status == "failed" else ""),
         "## Latency and accuracy",
         markdown_table(COLUMNS, [_cells(row) for row in summary_rows(result)]),

@@ -76,6 +76,7 @@ class RunResult(_Open):
     cuda: dict[str, Any] | None = None  # label -> static CUDA kernel report
     tuning: dict[str, Any] | None = None  # the database applied: match, note, covered/fallback kernels
     tuning_trials: list[dict[str, Any]] | None = None  # per task, when the run tuned first
+    tuning_time: dict[str, Any] | None = None  # minutes used, the budget, why tuning stopped (run tuned first)
     kernels_fell_back: list[str] | None = None  # kernels whose schedule failed to lower: built with plain loops
     profile: dict[str, Any] | None = None  # label -> per-kernel profile
     error: str | None = None  # why the run failed

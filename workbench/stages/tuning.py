@@ -1,6 +1,7 @@
 """Tuning one experiment: its model after the configured pipeline, tuned with a live progress bar.
 
-Shared by `workbench tune CONFIG` and by `workbench run` when `tuning.tune: true`.
+Shared by `workbench tune CONFIG` and by `workbench run` when `tuning.tune: true`. Each tuning leaves
+`<output>/tuning.json` (per task: trials, best; minutes used of the budget and why tuning stopped).
 """
 
 from __future__ import annotations
@@ -9,16 +10,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import tvm
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from workbench.atomic import atomic_write_json
 from workbench.compile.databases import tuning_folder
+from workbench.compile.design_spaces import SharedDatabase
+from workbench.compile.schedule_sources import schedule_sources
 from workbench.compile.targets import make_target
 from workbench.compile.tasks import TaskResult, extract_tasks, tuning_module
 from workbench.compile.tune import tune_tasks
+from workbench.compile.tuning_clock import TuningClock
 from workbench.config import Experiment, TuningConfig
 from workbench.runtime.heartbeat import EVERY_S, heartbeat
 from workbench.stages import optimized_module
@@ -33,11 +39,33 @@ def _best(result: TaskResult) -> str:
     return f"best {result.best_us:9.1f} µs" if result.best_us is not None else "best         —"
 
 
+TUNING_RECORD = "tuning.json"  # in the experiment's output folder
+
+
+@dataclass
+class Tuned:
+    """One tuning run: per-task results, the database it wrote, and its clock (minutes used, why it stopped)."""
+
+    tasks: list[TaskResult]
+    database: Path
+    clock: TuningClock
+
+    def as_dict(self) -> dict:
+        return {"database": str(self.database), **self.clock.as_dict(), "tasks": [t.as_dict() for t in self.tasks]}
+
+    def summary(self) -> str:
+        """'Measured 9 new trials in 0.06 of 0.05 min (stopped: the 0.05-minute budget is spent ...)'."""
+        return (f"Measured {sum(t.trials_run for t in self.tasks)} new trials in {self.clock.usage()} "
+                f"({self.clock.reason()})")
+
+
 @contextmanager
-def plain_progress(console: Console, every_s: float = EVERY_S) -> Iterator[Callable[[TaskResult], None]]:
+def plain_progress(console: Console, every_s: float = EVERY_S,
+                   clock: TuningClock | None = None) -> Iterator[Callable[[TaskResult], None]]:
     """Tuning's progress for a log with no terminal: a line (elapsed, trials done of the budget, the task being
-    tuned and its best so far) at least every `every_s` seconds and at the end (runtime/heartbeat.py). Yields the
-    callback `tune_tasks` reports each task's state to."""
+    tuned and its best so far; with `clock`, minutes used of the budget and, at the end, why tuning stopped) at
+    least every `every_s` seconds and at the end (runtime/heartbeat.py). Yields the callback `tune_tasks` reports
+    each task's state to."""
     latest: dict[str, TaskResult] = {}
     current: list[str] = []  # the task reported last
     started, lock = time.monotonic(), threading.Lock()
@@ -50,7 +78,8 @@ def plain_progress(console: Console, every_s: float = EVERY_S) -> Iterator[Calla
         best = f"best {now.best_us:.1f} µs" if now and now.best_us is not None else "best —"
         task = (f"; {now.name}: {min(now.trials, now.budget)}/{now.budget}, {best}"
                 + (f" ({'; '.join(now.flags)})" if now.flags else "")) if now else ""
-        return f"tuning {time.monotonic() - started:5.0f} s: {done}/{budget} trials, {tasks} tasks{task}"
+        timing = "" if clock is None else f"; {clock.usage()}" + (f", {clock.reason()}" if clock.stopped else "")
+        return f"tuning {time.monotonic() - started:5.0f} s: {done}/{budget} trials, {tasks} tasks{task}{timing}"
 
     def report(result: TaskResult) -> None:
         with lock:
@@ -61,32 +90,55 @@ def plain_progress(console: Console, every_s: float = EVERY_S) -> Iterator[Calla
         yield report
 
 
+def shared_databases(experiment: Experiment, base_dir: Path, target: tvm.target.Target,
+                     folder: Path) -> list[SharedDatabase]:
+    """The databases other than `folder` (the one tuning writes) that a build would read
+    (compile/schedule_sources.py), by name, in lookup order: a new task is first measured with the schedule the
+    first of them holds for it."""
+    sources = schedule_sources(experiment.model_copy(update={"tuning": tuning_config(experiment)}), base_dir,
+                               target, "")
+    return [(source.label, database) for source, database in zip(sources.sources, sources.databases)
+            if source.path.resolve() != folder.resolve()] if sources is not None else []
+
+
 def tune_optimized(optimized: tvm.IRModule, target: tvm.target.Target, experiment: Experiment, base_dir: Path,
-                   console: Console) -> tuple[list[TaskResult], Path]:
-    """Extract the tasks of the pipeline's output and tune them into the database folder of `target`, one progress
-    row per task (on a terminal; elsewhere plain lines, `plain_progress`); return the per-task results and that
-    folder."""
+                   console: Console) -> Tuned:
+    """Extract the tasks of the pipeline's output and tune them into the database folder of `target` (a new task
+    starting from another database's schedule for it, where one has it), one progress row per task (on a
+    terminal; elsewhere plain lines, `plain_progress`), within `tuning.minutes` if set; write
+    `<output>/tuning.json` and return the run."""
     config = tuning_config(experiment)
     tasks = extract_tasks(tuning_module(optimized, target, config.layout_rewrite), target)
     database = tuning_folder(experiment.database_root(base_dir), target)
-    log_dir = experiment.output_dir(base_dir) / "tuning_logs"
+    shared = shared_databases(experiment, base_dir, target, database)
+    out_dir = experiment.output_dir(base_dir)
+    log_dir = out_dir / "tuning_logs"
     rows: dict[str, int] = {}
     columns = (TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[best]}"), TextColumn("{task.fields[note]}"), TimeElapsedColumn())
+    clock = TuningClock(config.minutes)
     if not console.is_terminal:
-        with plain_progress(console) as report:
-            return tune_tasks(tasks, target, config, database, log_dir, progress=report), database
-    with Progress(*columns, console=console) as bar:
-        def show(result: TaskResult) -> None:
-            note = "; ".join(result.flags)
-            if result.name not in rows:
-                rows[result.name] = bar.add_task(result.name, total=result.budget, best=_best(result), note=note)
-            bar.update(rows[result.name], completed=min(result.trials, result.budget), best=_best(result), note=note)
+        with plain_progress(console, clock=clock) as report:
+            results = tune_tasks(tasks, target, config, database, log_dir, progress=report, clock=clock,
+                                 shared=shared)
+    else:
+        with Progress(*columns, console=console) as bar:
+            def show(result: TaskResult) -> None:
+                note = "; ".join(result.flags)
+                if result.name not in rows:
+                    rows[result.name] = bar.add_task(result.name, total=result.budget, best=_best(result), note=note)
+                bar.update(rows[result.name], completed=min(result.trials, result.budget), best=_best(result),
+                           note=f"{note}{'; ' if note else ''}{clock.usage()}" if config.minutes else note)
 
-        return tune_tasks(tasks, target, config, database, log_dir, progress=show), database
+            results = tune_tasks(tasks, target, config, database, log_dir, progress=show, clock=clock,
+                                 shared=shared)
+    tuned = Tuned(results, database, clock)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out_dir / TUNING_RECORD, tuned.as_dict())
+    return tuned
 
 
-def tune_experiment(experiment: Experiment, base_dir: Path, console: Console) -> tuple[list[TaskResult], Path]:
+def tune_experiment(experiment: Experiment, base_dir: Path, console: Console) -> Tuned:
     """`workbench tune`: load the model, run the pipeline, tune into the experiment's database for its target."""
     target = make_target(experiment.target)
     with console.status(f"Loading {experiment.model.source} and running the pipeline…"):
