@@ -15,16 +15,16 @@ from workbench.passes.analysis import module_stats
 from workbench.measure.runners import tvm_runner
 from workbench.compile.build import build_lowered
 
-EXACT_OPS = ("relax.erf", "relax.exp", "relax.tanh", "relax.nn.softmax", "relax.nn.gelu")
+EXACT_OPS = ("relax.erf", "relax.exp", "relax.tanh", "relax.nn.softmax", "relax.nn.gelu", "relax.sigmoid")
 
 
 def transcendental_model() -> onnx.ModelProto:
-    """x -> Erf, Exp, Tanh, Softmax and Gelu of it, each an output (inputs span [-4, 4])."""
+    """x -> Erf, Exp, Tanh, Softmax, Gelu and Sigmoid of it, each an output (inputs span [-4, 4])."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 256])
-    names = ["erf", "exp", "tanh", "softmax", "gelu"]
+    names = ["erf", "exp", "tanh", "softmax", "gelu", "sigmoid"]
     nodes = [helper.make_node("Erf", ["x"], ["erf"]), helper.make_node("Exp", ["x"], ["exp"]),
              helper.make_node("Tanh", ["x"], ["tanh"]), helper.make_node("Softmax", ["x"], ["softmax"], axis=-1),
-             helper.make_node("Gelu", ["x"], ["gelu"])]
+             helper.make_node("Gelu", ["x"], ["gelu"]), helper.make_node("Sigmoid", ["x"], ["sigmoid"])]
     outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 256]) for n in names]
     graph = helper.make_graph(nodes, "transcendental", [x], outputs)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
@@ -48,7 +48,7 @@ def test_fast_math_matches_onnx_runtime_and_leaves_no_exact_op(llvm):
     x = np.linspace(-4, 4, 4 * 256, dtype="float32").reshape(4, 256)
     expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     got = tvm_runner("fast", build_lowered(run_fast_math(mod, "fast_math,fuse", llvm), llvm), {"x": x}, llvm).infer()
-    for name, want, have in zip(("erf", "exp", "tanh", "softmax", "gelu"), expected, got):
+    for name, want, have in zip(("erf", "exp", "tanh", "softmax", "gelu", "sigmoid"), expected, got, strict=True):
         np.testing.assert_allclose(have, want, rtol=2e-5, atol=2e-6, err_msg=name)
 
 

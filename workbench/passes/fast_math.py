@@ -22,12 +22,17 @@ from workbench.passes.figures import report_analysis
 from workbench.passes.registry import register
 from workbench.passes.rewrite import rewrite_functions
 
-FastOp = Literal["erf", "exp", "tanh", "gelu", "softmax"]
+FastOp = Literal["erf", "exp", "tanh", "gelu", "softmax", "sigmoid"]
 
 
 def _fast_gelu(x: te.Tensor) -> te.Tensor:
     """GELU as ONNX/Relax define it, x * (1 + erf(x / sqrt 2)) / 2, with the fast erf."""
     return topi.multiply(x, topi.add(topi.multiply(topi.fast_erf(topi.multiply(x, 1 / math.sqrt(2))), 0.5), 0.5))
+
+
+def _fast_sigmoid(x: te.Tensor) -> te.Tensor:
+    """1 / (1 + exp(-x)) with the fast exp (YOLO's SiLU, x * sigmoid(x), in every conv block)."""
+    return topi.divide(1.0, topi.add(topi.fast_exp(topi.negative(x)), 1.0))
 
 
 # Relax op -> (the option that enables it, its fast TE compute given the call's argument and attributes)
@@ -37,13 +42,14 @@ _FAST: dict[str, tuple[FastOp, Callable[[te.Tensor, object], te.Tensor]]] = {
     "relax.tanh": ("tanh", lambda x, _attrs: topi.fast_tanh(x)),
     "relax.nn.gelu": ("gelu", lambda x, _attrs: _fast_gelu(x)),
     "relax.nn.softmax": ("softmax", lambda x, attrs: topi.nn.fast_softmax(x, int(attrs.axis))),
+    "relax.sigmoid": ("sigmoid", lambda x, _attrs: _fast_sigmoid(x)),
 }
 
 
 class FastMathParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     ops: list[FastOp] = Field(
-        default_factory=lambda: ["erf", "exp", "tanh", "gelu", "softmax"],
+        default_factory=lambda: ["erf", "exp", "tanh", "gelu", "softmax", "sigmoid"],
         description="which ops to approximate (float32 only; other dtypes keep the exact op)")
 
 
@@ -70,7 +76,7 @@ class _FastMath(PyExprMutator):
 
 @register("fast_math", "precision", FastMathParams)
 def fast_math(params: FastMathParams) -> tvm.transform.Pass:
-    """Approximate float32 erf/exp/tanh/gelu/softmax with TOPI's vectorizable fast_* kernels (before fuse)."""
+    """Approximate float32 erf/exp/tanh/gelu/softmax/sigmoid with TOPI's vectorizable fast_* kernels (before fuse)."""
 
     @tvm.transform.module_pass(opt_level=0, name="FastMath")
     def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
