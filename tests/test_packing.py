@@ -103,3 +103,33 @@ def test_tuning_a_packed_kernel_measures_the_fixed_schedule_first(zoo_relax, llv
     inputs = eval_inputs(zoo.default_inputs("convnet_small"))
     for got, want in zip(tvm_runner("tuned", tuned, inputs, llvm).infer(), infer(graph, inputs, llvm)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape, out_channels, kernel, unrolled", [
+    ((1, 15, 15, 64), 64, (3, 3), "T.unroll(T.int64(8))"),  # 13 pixels a row: 8 a step, the last step cut short
+    ((1, 1, 512, 64), 32, (1, 5), "T.unroll(T.int64(2))"),  # 508 pixels: 4 a step (no cut), two channel blocks
+])
+def test_short_pixel_steps_are_avoided(shape, out_channels, kernel, unrolled):
+    """The fixed schedule keeps 8 sums (AVX-512) in flight where the row's width has no divisor near 8: a prime
+    width takes 8 pixels a step with the last one cut short, a width whose divisor is 4 takes two channel blocks;
+    the results stay numpy's."""
+    from tvm import relax
+
+    from workbench.kernels.packed_conv import emit_conv2d
+    from workbench.kernels.packed_schedule import packed_schedule
+
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((out_channels, *kernel, shape[3])).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(emit_conv2d(bb, FP32, x, w, (1, 1), (0, 0, 0, 0), (1, 1))))
+        bb.emit_func_output(out)
+    (kernel_func,) = [f for f in bb.get().functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert unrolled in packed_schedule(kernel_func, FP32, SKYLAKE_AVX512).mod["main"].script()
+    host = make_target(TargetConfig())
+    data = rng.standard_normal(shape).astype("float32")
+    got = tvm_runner("t", build_lowered(bb.get(), host), {"x": data}, host).infer()[0]
+    windows = np.lib.stride_tricks.sliding_window_view(data, kernel, axis=(1, 2))  # [1, OH, OW, C, KH, KW]
+    np.testing.assert_allclose(got, np.einsum("nhwcij,oijc->nhwo", windows, w), rtol=1e-4, atol=1e-4)

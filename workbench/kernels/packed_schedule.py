@@ -38,6 +38,17 @@ def pixels_per_step(target: tvm.target.Target) -> int:
     return 8 if vector_lanes(target) == 16 else 6
 
 
+def pixel_step(width: int, pixels: int, cut_short: bool = True) -> int:
+    """Output pixels per step: the largest divisor of the row's width up to `pixels`, or `pixels` with the last
+    step cut short (a predicate) where that divisor is under half of it: a prime width (YOLO's 13x13 head, a
+    Conv1d's 131) ran one pixel a step, one accumulator and an FMA latency per input channel (13x13, 64 -> 64
+    channels: 0.75 -> 0.12 ms). The predicate costs: Magika's 508-wide row took 2x longer at 8 pixels with it
+    than at 4 without. An integer kind never cuts short (`cut_short`): its dot-product intrinsic does not
+    tensorize under a predicate."""
+    divisor = max(f for f in range(1, pixels + 1) if width % f == 0)
+    return divisor if not cut_short or divisor == width or 2 * divisor >= pixels else pixels
+
+
 def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) -> None:
     """Apply the fixed schedule to the packed conv (and its fused epilogue) in `sch`'s main function. With fewer
     vector `lanes` than the block's 16 channels (AVX2), the channels are split into vectors of `lanes` explicitly:
@@ -47,15 +58,19 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
     conv = next(b for b in blocks if sch.get(b).annotations.get(KERNEL_MARK) == kind.name)
     epilogue = blocks[blocks.index(conv) + 1:]
     batch, row, col, channel_block, channel, kh, kw, *in_blocks = sch.get_loops(conv)  # depthwise: no in_blocks
-    width = int(sch.get(col).extent)
-    col_outer, col_inner = sch.split(col, [None, max(f for f in range(1, pixels + 1) if width % f == 0)])
+    step = pixel_step(int(sch.get(col).extent), pixels, cut_short=kind.dot is None)
+    col_outer, col_inner = sch.split(col, [None, step])
+    pair = []  # two channel blocks a step where a short row leaves too few sums to hide the FMA latency
+    if kind == FP32 and lanes == LANES and 2 * step <= pixels and int(sch.get(channel_block).extent) % 2 == 0:
+        channel_block, block_pair = sch.split(channel_block, [None, 2])
+        pair = [block_pair]
     if kind.dot is None and lanes < LANES:  # an integer kind's intrinsic takes all 16 channels at once
         vectors, channel = sch.split(channel, [None, lanes])
         sch.reorder(batch, row, channel_block, col_outer, kh, kw, *in_blocks, col_inner, vectors, channel)
         sch.vectorize(channel)  # before decompose_reduction: only a whole reduction block may be vectorized
         sch.unroll(vectors)
     else:
-        sch.reorder(batch, row, channel_block, col_outer, kh, kw, *in_blocks[:1], col_inner, channel)
+        sch.reorder(batch, row, channel_block, col_outer, kh, kw, *in_blocks[:1], *pair, col_inner, channel)
     sch.parallel(sch.fuse(batch, row, channel_block))
     for block in epilogue[:-1]:  # elementwise: scale, bias, activation, requantization
         sch.compute_inline(block)
@@ -69,6 +84,8 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
     init = sch.decompose_reduction(conv, kh)
     sch.vectorize(sch.get_loops(init)[-1])
     sch.unroll(col_inner)
+    for loop in pair:
+        sch.unroll(loop)
     if kind.dot is not None:
         sch.tensorize(channel, kind.dot)
 
