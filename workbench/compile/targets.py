@@ -25,7 +25,8 @@ from workbench.runtime.threads import target_threads, use_tvm_threads
 GENERIC_CPU = "generic"
 HOST_CPU = "host"
 # The LLVM CPU features that decide how fast the kernels can be (vector width, FMA, int8/fp16 dot products).
-VECTOR_FEATURES = ("sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni",
+# sse4a: AMD only (LLVM emits its insertq for znver targets), so a znver build does not run on an Intel CPU with AVX2
+VECTOR_FEATURES = ("sse4.2", "sse4a", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vnni",
                    "avxvnni", "avx512bf16", "avx512fp16", "amx-int8", "neon", "dotprod", "i8mm", "sve")
 
 CUDA_TAGS: dict[str, str] = {
