@@ -10,8 +10,13 @@ fails (fetch, import, pipeline, build, accuracy) is a row with its one-line reas
 Writes corpus_<cpu>.md, .csv and .png into --out (default docs/results/) and prints one line per model per
 stage, so the log of a long run reads well without a terminal.
 
+With --tune-minutes N, each model is then tuned (from a cold, empty database: no shared schedules) in steps up to
+N wall-clock minutes (--checkpoints, default N/4, N/2 and N), and after each step built with the database and
+timed against ort_all again: the time to parity, written as parity_<cpu>.md/.csv/.png.
+
     python scripts/bench_corpus.py [--only magika silero_vad] [--pipeline default] [--baselines ort_all,iree]
                                    [--repeat 10] [--rounds 3] [--out docs/results] [--corpus FILE]
+                                   [--tune-minutes 10 [--checkpoints 1 2 5 10] [--trials-per-task 16]]
 """
 
 from __future__ import annotations
@@ -23,11 +28,19 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+from rich.console import Console
+
+from workbench.compile.databases import open_database
 from workbench.compile.targets import host_cpu, make_target, target_key
+from workbench.config import Experiment, TuningConfig
 from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import UserError
 from workbench.record.corpus_table import Row
-from workbench.stages.side_by_side import COMPARED, bench
+from workbench.record.parity import ParityPoint, write_parity
+from workbench.record.results_page import Machine
+from workbench.stages import optimized_module
+from workbench.stages.side_by_side import COMPARED, bench, one_line
+from workbench.stages.tuning import tune_optimized
 from workbench.runtime.threads import target_threads
 from workbench.models.corpus import CORPUS_FILE, load_corpus
 from workbench.config.pipeline_spec import to_text
@@ -60,7 +73,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results", help="folder for the .md/.csv/.png")
     parser.add_argument("--corpus", type=Path, default=CORPUS_FILE)
+    parser.add_argument("--tune-minutes", type=float, help="tune each model up to this many minutes (time to parity)")
+    parser.add_argument("--checkpoints", type=float, nargs="+", help="minutes at which to measure (default N/4, N/2, N)")
+    parser.add_argument("--trials-per-task", type=int, default=16, help="per-kernel trials before the hot rounds")
+    parser.add_argument("--cost-model", choices=["xgb", "xgb_warm"], default="xgb",
+                        help="xgb_warm: pre-trained on the committed databases (its page: parity_warm_<cpu>.md)")
     args = parser.parse_args(argv)
+    if args.tune_minutes:
+        args.checkpoints = sorted(set(args.checkpoints or [args.tune_minutes / 4, args.tune_minutes / 2,
+                                                           args.tune_minutes]))
+        if args.checkpoints[0] <= 0 or args.checkpoints[-1] > args.tune_minutes:
+            parser.error("--checkpoints: minutes in (0, --tune-minutes]")
     args.baselines = [label for label in args.baselines.split(",") if label]
     unknown = sorted(set(args.baselines) - set(COMPARED))
     if unknown:
@@ -84,8 +107,50 @@ def main(argv: list[str] | None = None) -> list[Path]:
                       threads=target_threads(target), pipeline=args.pipeline, passes=to_text(experiments[0].pipeline),
                       baselines=tuple(args.baselines), repeat=args.repeat, rounds=args.rounds, versions=versions())
     written = write(rows, {entry.name: entry for entry in entries}, setting, args.out, f"corpus_{host_cpu()}")
+    if args.tune_minutes:
+        points = [point for experiment, row in zip(experiments, rows, strict=True)
+                  for point in time_to_parity(experiment, row, args)]
+        protocol = (f"- workbench: pipeline `{args.pipeline}`, tuned from an empty database (no shared schedules), "
+                    f"cost model `{args.cost_model}`, {args.trials_per_task} trials per kernel then hot rounds, "
+                    f"measured after "
+                    f"{', '.join(f'{m:g}' for m in args.checkpoints)} min of tuning (wall clock; 0: untuned)\n"
+                    f"- timing: median of {args.rounds} interleaved rounds of {args.repeat} runs, beside ort_all")
+        written += write_parity(points, Machine(target_key(target), target_threads(target)), "ort_all", protocol,
+                                args.out, f"parity_{'warm_' if args.cost_model == 'xgb_warm' else ''}{host_cpu()}")
     print("wrote " + ", ".join(str(path) for path in written), flush=True)
     return written
+
+
+def time_to_parity(experiment: Experiment, untuned: Row, args: argparse.Namespace) -> list[ParityPoint]:
+    """The untuned row as the 0-minute point, then one point per checkpoint: tune (resuming) until it, build with
+    the database, time it beside ort_all. A model that failed untuned, or fails to tune, keeps its reason."""
+    log = progress(f"[parity {experiment.name}] ")
+    points = [ParityPoint(experiment.name, 0, 0, untuned.medians_ms.get(WORKBENCH_LABEL),
+                          untuned.medians_ms.get("ort_all"), untuned.reason or "")]
+    if untuned.failure:
+        return points
+    with tempfile.TemporaryDirectory(prefix="parity_") as work:
+        spent, trials = 0.0, 0
+        for checkpoint in args.checkpoints:
+            tuning = TuningConfig(minutes=checkpoint - spent, trials=1_000_000, trials_per_task=args.trials_per_task,
+                                  database=Path(work) / "db", shared=[], cost_model=args.cost_model)
+            tuned_experiment = experiment.model_copy(update={"tuning": tuning, "output": Path(work) / "out"})
+            try:
+                target = make_target(tuned_experiment.target)
+                tuned = tune_optimized(optimized_module(tuned_experiment, Path.cwd(), target), target,
+                                       tuned_experiment, Path.cwd(), Console(quiet=True))
+            except Exception as exc:  # a model that cannot be tuned is a point with its reason, not a crash
+                points.append(ParityPoint(experiment.name, checkpoint, trials, None, None, f"tuning: {one_line(exc)}"))
+                break
+            spent += tuned.clock.used()
+            trials += sum(task.trials_run for task in tuned.tasks)
+            log(f"{spent:.1f} min, {trials} trials: {tuned.clock.reason()}")
+            row = bench(tuned_experiment, ["ort_all"], Path(work), args.repeat, args.rounds, log,
+                        database=open_database(tuned.database, create=False))
+            points.append(ParityPoint(experiment.name, round(spent, 2), trials, row.medians_ms.get(WORKBENCH_LABEL),
+                                      row.medians_ms.get("ort_all"), row.reason or ""))
+            log(f"after {spent:.1f} min: ort_all/workbench {points[-1].ratio or 0:.2f}x")
+    return points
 
 
 if __name__ == "__main__":

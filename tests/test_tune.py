@@ -32,8 +32,8 @@ from workbench.passes.pipeline import run_pipeline
 from workbench.compile.databases import open_database
 from workbench.compile.design_spaces import tune_context
 from workbench.compile.tasks import TaskResult, extract_tasks, plan, tuning_module, tuning_target
-from workbench.compile.tune import (MS_LOGGER, XGB_WARMUP_SAMPLES, hottest, make_builder, make_cost_model, make_runner,
-                                    tune_tasks)
+from workbench.compile.tune import MS_LOGGER, hottest, make_builder, make_cost_model, make_runner, tune_tasks
+from workbench.compile.warm_model import XGB_WARMUP_SAMPLES
 
 HOST_KEY = target_key(make_target(TargetConfig()))  # llvm-<this machine's CPU>
 TUNED_TRIALS = 9  # the default schedule's record, then one batch of 8 searched
@@ -79,7 +79,7 @@ def tuned(optimized, llvm, tmp_path_factory):
     database = folder / "db"
     config = TuningConfig(trials=TUNED_TRIALS, trials_per_task=TUNED_TRIALS, trials_per_iter=8, cost_model="xgb")
     tasks = extract_tasks(tuning_module(optimized, llvm), llvm)
-    cost_model = make_cost_model(config, num_cores=2)
+    cost_model = make_cost_model(config, num_cores=2, target=llvm)
     results = tune_tasks(tasks, llvm, config, database, folder / "logs", cost_model=cost_model)
     return {"folder": folder, "database": database, "config": config, "tasks": tasks, "results": results,
             "cost_model": cost_model}

@@ -80,10 +80,11 @@ def _needs_tensor_intrinsics(task: ms.ExtractedTask) -> bool:
 
 
 @contextmanager
-def _tensor_intrinsics_if_needed(task: ms.ExtractedTask) -> Iterator[None]:
-    """Let TuneContext's `import tvm.s_tir.tensor_intrin` be a no-op when the task's rules use none."""
+def without_tensor_intrin_import() -> Iterator[None]:
+    """Let TuneContext's `import tvm.s_tir.tensor_intrin` (~50 s) be a no-op, where nothing needs TVM's intrinsics
+    (the workbench's own are registered by kernels/x86_int8.py)."""
     name = "tvm.s_tir.tensor_intrin"
-    if name in sys.modules or _needs_tensor_intrinsics(task):
+    if name in sys.modules:
         yield
         return
     sys.modules[name] = types.ModuleType(name)
@@ -91,6 +92,16 @@ def _tensor_intrinsics_if_needed(task: ms.ExtractedTask) -> Iterator[None]:
         yield
     finally:
         del sys.modules[name]
+
+
+@contextmanager
+def _tensor_intrinsics_if_needed(task: ms.ExtractedTask) -> Iterator[None]:
+    """Let TuneContext's `import tvm.s_tir.tensor_intrin` be a no-op when the task's rules use none."""
+    if _needs_tensor_intrinsics(task):
+        yield
+        return
+    with without_tensor_intrin_import():
+        yield
 
 
 def tune_context(task: ms.ExtractedTask, num_cores: int, search_strategy: ms.search_strategy.SearchStrategy | str,

@@ -37,13 +37,13 @@ from workbench.compile.targets import runs_here
 from workbench.compile.tasks import TaskResult, best_latency_us, mark_exhausted, plan, tuning_target
 from workbench.compile.tuning_clock import OutOfTime, TuningClock
 from workbench.compile.verify import Reference, reject_wrong_best, untuned_reference
+from workbench.compile.warm_model import new_model, warm_cost_model
 from workbench.config import TuningConfig
 from workbench.errors import UserError
 from workbench.runtime.rpc import check_tracker
 from workbench.runtime.threads import target_threads, use_tvm_threads
 
 MS_LOGGER = "tvm.s_tir.meta_schedule"
-XGB_WARMUP_SAMPLES = 8
 POPULATION_SIZE = 128
 
 
@@ -59,12 +59,14 @@ def workbench_build(mod: tvm.IRModule, target: tvm.target.Target, _params: dict 
     return tvm_build(mod, target=target)
 
 
-def make_cost_model(config: TuningConfig, num_cores: int) -> ms.cost_model.CostModel:
-    """XGBoost that trains after the first batch (see the module doc), or random scores."""
+def make_cost_model(config: TuningConfig, num_cores: int, target: tvm.target.Target) -> ms.cost_model.CostModel:
+    """XGBoost that trains after the first batch (see the module doc), the same pre-trained on the committed
+    databases (compile/warm_model.py), or random scores."""
     if config.cost_model == "random":
         return ms.cost_model.RandomModel(seed=config.seed)
-    return ms.cost_model.XGBModel(num_warmup_samples=XGB_WARMUP_SAMPLES, num_tuning_cores=num_cores,
-                                  tree_method="auto")
+    if config.cost_model == "xgb_warm":
+        return warm_cost_model(target, num_cores)
+    return new_model(num_cores)
 
 
 def make_runner(config: TuningConfig, target: tvm.target.Target) -> ms.runner.Runner:
@@ -174,7 +176,7 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
     results = plan(tasks, database, database_dir, config)
     runner = make_runner(config, target)
     builder = make_builder(num_cores)
-    cost_model = cost_model or make_cost_model(config, num_cores)
+    cost_model = cost_model or make_cost_model(config, num_cores, target)
     quiet_metaschedule()
     verifiable = config.runner == "local" and runs_here(target)
     left = config.trials - sum(min(r.trials_before, r.budget) for r in results)  # `trials` counts the database too

@@ -141,7 +141,9 @@ class TuningConfig(Strict):
         default=0, ge=0, description="after the per-task budgets: this many more trials, one search round at a "
                                      "time, each given to the kernel that costs the most time now (its best "
                                      "measured µs x uses); not capped by `trials`")
-    cost_model: Literal["xgb", "random"] = "xgb"
+    cost_model: Literal["xgb", "xgb_warm", "random"] = Field(
+        default="xgb", description="xgb: XGBoost trained as tuning measures; xgb_warm: the same, pre-trained on the "
+                                   "committed databases' records (compile/warm_model.py); random: random scores")
     database: Path | None = Field(default=None, description="schedule database root, one folder per resolved target "
                                                             "inside (<root>/llvm-znver3); default schedules/<name>")
     shared: list[Path] | None = Field(

@@ -85,10 +85,10 @@ def _baseline(label: str, model: onnx.ModelProto, inputs: dict[str, np.ndarray],
 
 
 def bench(experiment: Experiment, baselines: list[str], work_dir: Path, repeat: int, rounds: int,
-          log: Callable[[str], None] = print) -> Row:
-    """Build the experiment's model with its pipeline (untuned), run it next to `baselines` (of COMPARED) on the
-    same seeded inputs, check it against ort_none within the experiment's tolerance, and time every label that
-    runs. Never raises for a model's failure: the row carries it."""
+          log: Callable[[str], None] = print, database=None) -> Row:
+    """Build the experiment's model with its pipeline (untuned, or with `database`'s schedules), run it next to
+    `baselines` (of COMPARED) on the same seeded inputs, check it against ort_none within the experiment's
+    tolerance, and time every label that runs. Never raises for a model's failure: the row carries it."""
     tolerance = experiment.accuracy
     row, stage = Row(experiment.name, tolerance.rtol, tolerance.atol), _Stages(experiment.name, log)
     try:
@@ -98,7 +98,7 @@ def bench(experiment: Experiment, baselines: list[str], work_dir: Path, repeat: 
         with stage("pipeline", f"{len(experiment.pipeline)} passes"):
             optimized = optimize(prepared, experiment.pipeline, stats=False)
         with stage("build"):
-            built = build(optimized, target)
+            built = build(optimized, target, database)
             row.kernels = built.kernels
         with stage("run"):
             workbench = tvm_runner(WORKBENCH_LABEL, built, inputs, target)

@@ -1,0 +1,98 @@
+"""Time to parity: how a model's speed against ONNX Runtime grows with minutes of tuning
+(`scripts/bench_corpus.py --tune-minutes N`): one point per model per checkpoint (0 minutes: untuned), written as
+a Markdown page, a CSV and a chart, so "how long until it beats ONNX Runtime" is read off one plot.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from workbench.atomic import atomic_write_text
+from workbench.record.report import number_text, save_png
+from workbench.record.results_page import Machine, write_results_page
+
+
+@dataclass(frozen=True)
+class ParityPoint:
+    """One model after `minutes` of tuning (cumulative; 0: untuned), timed beside the baseline in one process."""
+
+    model: str
+    minutes: float  # wall-clock tuning minutes spent so far
+    trials: int  # measured trials so far
+    workbench_ms: float | None
+    baseline_ms: float | None
+    note: str = ""  # why a figure is missing
+
+    @property
+    def ratio(self) -> float | None:
+        """baseline median / workbench median (> 1: the workbench is faster)."""
+        return self.baseline_ms / self.workbench_ms if self.workbench_ms and self.baseline_ms else None
+
+
+def minutes_to_parity(points: Iterable[ParityPoint], model: str) -> float | None:
+    """The first checkpoint at which `model` is at least as fast as the baseline (None: not within the budget)."""
+    return next((p.minutes for p in sorted(points, key=lambda p: p.minutes)
+                 if p.model == model and p.ratio is not None and p.ratio >= 1), None)
+
+
+def geomean_by_checkpoint(points: list[ParityPoint]) -> dict[float, float]:
+    """Per checkpoint (in minutes), the geometric mean ratio over the models measured there."""
+    by_minutes: dict[float, list[float]] = {}
+    for point in points:
+        if point.ratio:
+            by_minutes.setdefault(point.minutes, []).append(point.ratio)
+    return {m: math.exp(sum(math.log(r) for r in ratios) / len(ratios)) for m, ratios in sorted(by_minutes.items())}
+
+
+def parity_figure(points: list[ParityPoint], baseline: str, title: str) -> Figure:
+    """Ratio against tuning minutes, one line per model, the parity line at 1 (log scale)."""
+    fig = Figure(figsize=(9, 5.5))
+    ax = fig.subplots()
+    for model in dict.fromkeys(p.model for p in points):
+        mine = sorted((p for p in points if p.model == model and p.ratio), key=lambda p: p.minutes)
+        if mine:
+            ax.plot([p.minutes for p in mine], [p.ratio for p in mine], marker="o", label=model)
+    ax.axhline(1, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xlabel("tuning minutes (wall clock, this machine)")
+    ax.set_ylabel(f"{baseline} median / workbench median (> 1: faster)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    return fig
+
+
+def csv_text(points: list[ParityPoint]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([f.name for f in fields(ParityPoint)] + ["ratio"])
+    for point in points:
+        writer.writerow(["" if v is None else v for v in asdict(point).values()] + [point.ratio or ""])
+    return buffer.getvalue()
+
+
+def write_parity(points: list[ParityPoint], machine: Machine, baseline: str, protocol: str, out_dir: Path,
+                 stem: str) -> list[Path]:
+    """Write `<stem>.md` (table, chart, time to parity per model, geomean per checkpoint), `.csv` and `.png`."""
+    title = f"Time to parity with {baseline} on {machine.cpu}, {machine.date}"
+    chart = save_png(parity_figure(points, baseline, title), Path(out_dir) / f"{stem}.png")
+    table = atomic_write_text(Path(out_dir) / f"{stem}.csv", csv_text(points))
+    models = list(dict.fromkeys(p.model for p in points))
+    parity = "\n".join(f"- {model}: " + (f"at parity after {m:g} min" if (m := minutes_to_parity(points, model))
+                                         is not None else "not at parity within the budget") for model in models)
+    geomeans = ", ".join(f"{m:g} min: {g:.2f}" for m, g in geomean_by_checkpoint(points).items())
+    rows = [[p.model, number_text(p.minutes, "g"), str(p.trials), number_text(p.workbench_ms, ".3f"),
+             number_text(p.baseline_ms, ".3f"), number_text(p.ratio, ".2f"), p.note] for p in points]
+    notes = f"![time to parity]({chart.name})\n\n## Time to parity\n\n{parity}\n\ngeomean {baseline}/workbench by " \
+            f"checkpoint: {geomeans}"
+    page = write_results_page(out_dir, stem, f"Time to parity with {baseline}", machine, protocol,
+                              ("model", "tuning min", "trials", "workbench ms", f"{baseline} ms",
+                               f"{baseline}/workbench", "note"), rows, notes)
+    return [page, table, chart]
