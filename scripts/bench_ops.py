@@ -7,8 +7,9 @@ from the model's shapes) and the share of this CPU's fp32 peak:
 
     peak = physical cores used x 2 FMA units x fp32 lanes per vector x 2 FLOPs x clock (/proc/cpuinfo's MHz)
 
-an upper bound (some CPUs have one FMA unit for 512-bit vectors, and the clock moves), which is why the table
-also gives ONNX Runtime's share of the same figure.
+an estimate: /proc/cpuinfo gives the nominal clock, and turbo runs above it (ONNX Runtime's convs reach 100-127% of
+it on a rocketlake Xeon), while some CPUs have one FMA unit for 512-bit vectors; hence the table also gives ONNX
+Runtime's share of the same figure, the fairer yardstick.
 
 Writes ops_<cpu>.md into --out (default docs/results/).
 
@@ -142,7 +143,8 @@ def main(argv: list[str] | None = None) -> Path:
     protocol = ("- each op alone as a one-node ONNX model; workbench: pipeline `default`, untuned (default schedules); "
                 f"ort_all: ONNX Runtime with every graph optimization\n- timing: median of {args.rounds} interleaved "
                 f"rounds of {args.repeat} runs per label, in one process\n- peak: {peak:.0f} GFLOP/s fp32 "
-                "(cores × 2 FMA units × vector lanes × 2 × /proc/cpuinfo clock): an upper bound" if peak else "")
+                "(cores × 2 FMA units × vector lanes × 2 × /proc/cpuinfo's nominal clock): an estimate that turbo exceeds"
+                if peak else "")
     header = ("op", "seen in", "input", "workbench ms", "ort_all ms", "ort_all/workbench", "workbench GFLOP/s",
               "% of peak", "ort_all GFLOP/s", "ort % of peak", "status")
     path = write_results_page(args.out, f"ops_{host_cpu()}", "Op classes, untuned", machine, protocol, header, rows)
