@@ -74,7 +74,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results", help="folder for the .md/.csv/.png")
     parser.add_argument("--corpus", type=Path, default=CORPUS_FILE)
     parser.add_argument("--tune-minutes", type=float, help="tune each model up to this many minutes (time to parity)")
-    parser.add_argument("--checkpoints", type=float, nargs="+", help="minutes at which to measure (default N/4, N/2, N)")
+    parser.add_argument("--checkpoints", type=float, nargs="+",
+                        help="minutes at which to measure (default N/4, N/2, N)")
     parser.add_argument("--trials-per-task", type=int, default=16, help="per-kernel trials before the hot rounds")
     parser.add_argument("--cost-model", choices=["xgb", "xgb_warm"], default="xgb",
                         help="xgb_warm: pre-trained on the committed databases (its page: parity_warm_<cpu>.md)")
@@ -125,7 +126,7 @@ def time_to_parity(experiment: Experiment, untuned: Row, args: argparse.Namespac
     """The untuned row as the 0-minute point, then one point per checkpoint: tune (resuming) until it, build with
     the database, time it beside ort_all. A model that failed untuned, or fails to tune, keeps its reason."""
     log = progress(f"[parity {experiment.name}] ")
-    points = [ParityPoint(experiment.name, 0, 0, untuned.medians_ms.get(WORKBENCH_LABEL),
+    points = [ParityPoint(experiment.name, 0, 0, 0, untuned.medians_ms.get(WORKBENCH_LABEL),
                           untuned.medians_ms.get("ort_all"), untuned.reason or "")]
     if untuned.failure:
         return points
@@ -140,15 +141,17 @@ def time_to_parity(experiment: Experiment, untuned: Row, args: argparse.Namespac
                 tuned = tune_optimized(optimized_module(tuned_experiment, Path.cwd(), target), target,
                                        tuned_experiment, Path.cwd(), Console(quiet=True))
             except Exception as exc:  # a model that cannot be tuned is a point with its reason, not a crash
-                points.append(ParityPoint(experiment.name, checkpoint, trials, None, None, f"tuning: {one_line(exc)}"))
+                points.append(ParityPoint(experiment.name, checkpoint, spent, trials, None, None,
+                                          f"tuning: {one_line(exc)}"))
                 break
             spent += tuned.clock.used()
             trials += sum(task.trials_run for task in tuned.tasks)
             log(f"{spent:.1f} min, {trials} trials: {tuned.clock.reason()}")
             row = bench(tuned_experiment, ["ort_all"], Path(work), args.repeat, args.rounds, log,
                         database=open_database(tuned.database, create=False))
-            points.append(ParityPoint(experiment.name, round(spent, 2), trials, row.medians_ms.get(WORKBENCH_LABEL),
-                                      row.medians_ms.get("ort_all"), row.reason or ""))
+            points.append(ParityPoint(experiment.name, checkpoint, round(spent, 2), trials,
+                                      row.medians_ms.get(WORKBENCH_LABEL), row.medians_ms.get("ort_all"),
+                                      row.reason or ""))
             log(f"after {spent:.1f} min: ort_all/workbench {points[-1].ratio or 0:.2f}x")
     return points
 

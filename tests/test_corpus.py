@@ -145,6 +145,7 @@ def test_time_to_parity_tunes_in_minute_steps_and_writes_its_page(tmp_path, monk
     assert sorted(path.suffix for path in parity) == [".csv", ".md", ".png"]
     points = list(csv.DictReader(next(p for p in parity if p.suffix == ".csv").open()))
     tuned = [p for p in points if p["model"] == "convnet_small"]
+    assert [float(p["checkpoint"]) for p in tuned] == [0, 0.05, 0.1]
     assert [float(p["minutes"]) == 0 for p in tuned] == [True, False, False]
     assert 0 < float(tuned[1]["minutes"]) <= float(tuned[2]["minutes"])  # cumulative wall-clock minutes
     assert 0 < int(tuned[1]["trials"]) <= int(tuned[2]["trials"])  # the second step resumed the database

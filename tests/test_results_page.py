@@ -35,16 +35,16 @@ def test_a_printed_rich_table_becomes_the_pages_rows():
 def test_parity_page_reads_time_to_parity_and_geomeans(tmp_path):
     """record/parity.py: minutes to parity per model (first checkpoint at ratio >= 1), geomean per checkpoint, and
     the page, CSV and chart written and read back."""
-    points = [ParityPoint("a", 0, 0, 2.0, 1.0), ParityPoint("a", 1, 40, 1.0, 1.0), ParityPoint("a", 2, 80, 0.5, 1.0),
-              ParityPoint("b", 0, 0, 4.0, 1.0), ParityPoint("b", 1, 30, 2.0, 1.0),
-              ParityPoint("c", 0, 0, None, None, "load: no such file")]
-    assert minutes_to_parity(points, "a") == 1 and minutes_to_parity(points, "b") is None
+    points = [ParityPoint("a", 0, 0, 0, 2.0, 1.0), ParityPoint("a", 1, 1.04, 40, 1.0, 1.0),
+              ParityPoint("a", 2, 2.1, 80, 0.5, 1.0), ParityPoint("b", 0, 0, 0, 4.0, 1.0),
+              ParityPoint("b", 1, 1.2, 30, 2.0, 1.0), ParityPoint("c", 0, 0, 0, None, None, "load: no such file")]
+    assert minutes_to_parity(points, "a") == 1.04 and minutes_to_parity(points, "b") is None
     assert geomean_by_checkpoint(points) == pytest.approx({0: (0.5 * 0.25) ** 0.5, 1: (1 * 0.5) ** 0.5, 2: 2.0})
     written = write_parity(points, Machine("llvm-test", 2, cpu="Test CPU"), "ort_all", "- protocol", tmp_path, "p")
     page, table, chart = written
     text = page.read_text()
-    assert "- a: at parity after 1 min" in text and "- b: not at parity within the budget" in text
-    assert "| c | 0 | 0 | — | — | — | load: no such file |" in text
+    assert "- a: at parity after 1.04 min" in text and "- b: not at parity within the budget" in text
+    assert "| c | 0 | 0 | 0 | — | — | — | load: no such file |" in text
     rows = list(csv.DictReader(table.open()))
     assert [r["ratio"] for r in rows] == ["0.5", "1.0", "2.0", "0.25", "0.5", ""]
     assert chart.read_bytes()[:4] == b"\x89PNG"

@@ -51,11 +51,11 @@ class TuningClock:
 
     def usage(self) -> str:
         """'0.07 of 0.05 min' (with a budget) or '0.07 min'."""
-        return f"{self.used():.2f} of {self.minutes:g} min" if self.minutes is not None else f"{self.used():.2f} min"
+        return f"{self.used():.2f} of {self.minutes:.3g} min" if self.minutes is not None else f"{self.used():.2f} min"
 
     def reason(self) -> str:
         if self.stopped == "minutes":
-            return f"stopped: the {self.minutes:g}-minute budget is spent (a rerun resumes)"
+            return f"stopped: the {self.minutes:.3g}-minute budget is spent (a rerun resumes)"
         return "every task at its budget" if self.stopped == "done" else "tuning"
 
     def as_dict(self) -> dict:

@@ -21,10 +21,12 @@ from workbench.record.results_page import Machine, write_results_page
 
 @dataclass(frozen=True)
 class ParityPoint:
-    """One model after `minutes` of tuning (cumulative; 0: untuned), timed beside the baseline in one process."""
+    """One model after `minutes` of tuning (cumulative, up to `checkpoint`), timed beside the baseline in one
+    process."""
 
     model: str
-    minutes: float  # wall-clock tuning minutes spent so far
+    checkpoint: float  # the budget it was measured at (minutes; 0: untuned)
+    minutes: float  # wall-clock tuning minutes actually spent so far (the round in flight runs past the budget)
     trials: int  # measured trials so far
     workbench_ms: float | None
     baseline_ms: float | None
@@ -37,7 +39,8 @@ class ParityPoint:
 
 
 def minutes_to_parity(points: Iterable[ParityPoint], model: str) -> float | None:
-    """The first checkpoint at which `model` is at least as fast as the baseline (None: not within the budget)."""
+    """The tuning minutes after which `model` was first at least as fast as the baseline (None: not within the
+    budget)."""
     return next((p.minutes for p in sorted(points, key=lambda p: p.minutes)
                  if p.model == model and p.ratio is not None and p.ratio >= 1), None)
 
@@ -47,7 +50,7 @@ def geomean_by_checkpoint(points: list[ParityPoint]) -> dict[float, float]:
     by_minutes: dict[float, list[float]] = {}
     for point in points:
         if point.ratio:
-            by_minutes.setdefault(point.minutes, []).append(point.ratio)
+            by_minutes.setdefault(point.checkpoint, []).append(point.ratio)
     return {m: math.exp(sum(math.log(r) for r in ratios) / len(ratios)) for m, ratios in sorted(by_minutes.items())}
 
 
@@ -88,11 +91,12 @@ def write_parity(points: list[ParityPoint], machine: Machine, baseline: str, pro
     parity = "\n".join(f"- {model}: " + (f"at parity after {m:g} min" if (m := minutes_to_parity(points, model))
                                          is not None else "not at parity within the budget") for model in models)
     geomeans = ", ".join(f"{m:g} min: {g:.2f}" for m, g in geomean_by_checkpoint(points).items())
-    rows = [[p.model, number_text(p.minutes, "g"), str(p.trials), number_text(p.workbench_ms, ".3f"),
-             number_text(p.baseline_ms, ".3f"), number_text(p.ratio, ".2f"), p.note] for p in points]
+    rows = [[p.model, number_text(p.checkpoint, "g"), number_text(p.minutes, "g"), str(p.trials),
+             number_text(p.workbench_ms, ".3f"), number_text(p.baseline_ms, ".3f"), number_text(p.ratio, ".2f"), p.note]
+            for p in points]
     notes = f"![time to parity]({chart.name})\n\n## Time to parity\n\n{parity}\n\ngeomean {baseline}/workbench by " \
             f"checkpoint: {geomeans}"
     page = write_results_page(out_dir, stem, f"Time to parity with {baseline}", machine, protocol,
-                              ("model", "tuning min", "trials", "workbench ms", f"{baseline} ms",
+                              ("model", "budget min", "tuning min", "trials", "workbench ms", f"{baseline} ms",
                                f"{baseline}/workbench", "note"), rows, notes)
     return [page, table, chart]
