@@ -17,9 +17,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from workbench.passes.figures import report_analysis
 from workbench.passes.registry import register
-from workbench.passes.rewrite import rewrite_calls
+from workbench.passes.rewrite import op_rewrite_pass
 
 
 def _why_not(call: relax.Call) -> str | None:
@@ -54,10 +53,5 @@ def _as_conv2d(builder: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
 @register("conv1d_as_conv2d", "layout")
 def conv1d_as_conv2d(_params) -> tvm.transform.Pass:
     """conv1d (NCW) as a conv2d of height 1, so convert_layout and pack_conv2d take it."""
-
-    def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        mod, rewritten, kept = rewrite_calls(mod, "relax.nn.conv1d", _why_not, _as_conv2d)
-        report_analysis(conv1d_rewritten=rewritten, conv1d_kept=kept)
-        return mod
-
-    return tvm.transform.module_pass(run, opt_level=0, name="conv1d_as_conv2d")
+    return op_rewrite_pass("conv1d_as_conv2d", "relax.nn.conv1d", _why_not, _as_conv2d, "conv1d_rewritten",
+                           "conv1d_kept")

@@ -18,9 +18,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from workbench.passes.figures import report_analysis
 from workbench.passes.registry import register
-from workbench.passes.rewrite import rewrite_calls
+from workbench.passes.rewrite import op_rewrite_pass
 
 
 def _ints(values) -> list[int]:
@@ -58,10 +57,5 @@ def _as_conv(builder: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
 @register("conv_transpose_as_conv", "layout")
 def conv_transpose_as_conv(_params) -> tvm.transform.Pass:
     """conv2d_transpose with kernel == stride as a 1x1 conv2d + pixel shuffle (no multiply-adds with zeros)."""
-
-    def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        mod, rewritten, kept = rewrite_calls(mod, "relax.nn.conv2d_transpose", _why_not, _as_conv)
-        report_analysis(conv_transpose_rewritten=rewritten, conv_transpose_kept=kept)
-        return mod
-
-    return tvm.transform.module_pass(run, opt_level=0, name="conv_transpose_as_conv")
+    return op_rewrite_pass("conv_transpose_as_conv", "relax.nn.conv2d_transpose", _why_not, _as_conv,
+                           "conv_transpose_rewritten", "conv_transpose_kept")

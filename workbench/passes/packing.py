@@ -18,7 +18,7 @@ from tvm import relax
 from workbench.kernels.packed_conv import DEPTHWISE_FP32, FP32, LANES, emit_conv2d, emit_matmul, to_ohwi
 from workbench.passes.figures import report_analysis
 from workbench.passes.registry import register
-from workbench.passes.rewrite import rewrite_calls
+from workbench.passes.rewrite import op_rewrite_pass, rewrite_calls
 
 
 NHWC_FROM_NCHW, NCHW_FROM_NHWC = [0, 2, 3, 1], [0, 3, 1, 2]
@@ -133,14 +133,9 @@ def _packed_matmul(builder: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
 
 @register("pack_matmul", "layout")
 def pack_matmul(_params) -> tvm.transform.Pass:
-    """fp32 matmuls by a constant [K, N] weight whose N (64 or more) is not a multiple of 16 as the packed kernel (a 1x1 conv
-    over the rows, the weight padded to 16 columns once): the default matmul tile blocks columns by a divisor of N,
-    and a classifier head's N (PP-OCR's 6625 or 18385 classes) has none near a vector width: 26 ms against ONNX
-    Runtime's 0.37 for [40, 120] x [120, 6625]."""
-
-    def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        mod, packed, kept = rewrite_calls(mod, "relax.matmul", _matmul_why_not, _packed_matmul)
-        report_analysis(matmul_packed=packed, matmul_kept=kept)
-        return relax.transform.DeadCodeElimination()(mod)
-
-    return tvm.transform.module_pass(run, opt_level=0, name="pack_matmul")
+    """fp32 matmuls by a constant [K, N] weight whose N (64 or more) is not a multiple of 16 as the packed kernel
+    (a 1x1 conv over the rows, the weight padded to 16 columns once): the default matmul tile blocks columns by a
+    divisor of N, and a classifier head's N (PP-OCR's 6625 or 18385 classes) has none near a vector width: 26 ms
+    against ONNX Runtime's 0.37 for [40, 120] x [120, 6625]."""
+    return op_rewrite_pass("pack_matmul", "relax.matmul", _matmul_why_not, _packed_matmul, "matmul_packed",
+                           "matmul_kept")

@@ -1,5 +1,5 @@
-"""The loops custom rewrites need: one PyExprMutator over each Relax function of a module, and the rewrite of
-every call of one op (unless a check says why not)."""
+"""The loops custom rewrites need: one PyExprMutator over each Relax function of a module, the rewrite of every
+call of one op (unless a check says why not), and the module pass made of that rewrite."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from collections.abc import Callable
 import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from workbench.passes.figures import report_analysis
 
 
 def rewrite_functions(mutator: PyExprMutator, mod: tvm.IRModule) -> tvm.IRModule:
@@ -48,3 +50,16 @@ def rewrite_calls(mod: tvm.IRModule, op_name: str, why_not: WhyNot, rewrite: Rew
     also the number rewritten and the reason for each call kept."""
     rewriter = _CallRewriter(mod, op_name, why_not, rewrite)
     return rewrite_functions(rewriter, mod), rewriter.rewritten, rewriter.kept
+
+
+def op_rewrite_pass(name: str, op_name: str, why_not: WhyNot, rewrite: Rewrite, done: str,
+                    kept: str) -> tvm.transform.Pass:
+    """A module pass that rewrites every call of `op_name` (`rewrite_calls`), records how many as the analysis
+    figure `done` and the kept calls' reasons as `kept`, and drops what the rewrite left unused."""
+
+    def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        mod, rewritten, reasons = rewrite_calls(mod, op_name, why_not, rewrite)
+        report_analysis(**{done: rewritten, kept: reasons})
+        return relax.transform.DeadCodeElimination()(mod)
+
+    return tvm.transform.module_pass(run, opt_level=0, name=name)
