@@ -32,7 +32,7 @@ from tvm.s_tir.dlight.analysis import SBlockInfo, normalize_prim_func
 from tvm.s_tir.dlight.base.common_schedules import try_inline
 from tvm.target.codegen import llvm_get_vector_width, target_has_features
 
-from workbench.kernels.loop_schedule import MIN_PARALLEL_ITERATIONS, log_plain_loops
+from workbench.kernels.loop_schedule import MIN_PARALLEL_ITERATIONS, largest_divisor, log_plain_loops
 
 ACCUMULATORS = 12  # vector registers a tile's sums may take
 MAX_ROWS = 8  # output rows per tile
@@ -115,10 +115,6 @@ def gemm_shape(sch: Schedule) -> GemmShape | None:
     return GemmShape(info, outer, row, col, reduction, infos[1] if len(infos) == 2 else None)
 
 
-def _largest_divisor(extent: int, cap: int) -> int:
-    return max(f for f in range(1, max(1, min(extent, cap)) + 1) if extent % f == 0)
-
-
 def tile(rows: int, cols: int, lanes: int) -> tuple[int, int]:
     """(rows, columns) of the output tile: two vectors of columns where they divide N, else one, else the largest
     divisor of N up to two vectors; as many rows (dividing M) as the accumulator vectors allow."""
@@ -127,9 +123,9 @@ def tile(rows: int, cols: int, lanes: int) -> tuple[int, int]:
     elif cols % lanes == 0:
         width = lanes
     else:
-        width = _largest_divisor(cols, 2 * lanes)
+        width = largest_divisor(cols, 2 * lanes)
     vectors = -(-width // lanes)
-    return _largest_divisor(rows, min(MAX_ROWS, ACCUMULATORS // vectors)), width
+    return largest_divisor(rows, min(MAX_ROWS, ACCUMULATORS // vectors)), width
 
 
 def _vectorize(sch: Schedule, loop, lanes: int) -> None:

@@ -55,6 +55,11 @@ def parallel_loops(sch: Schedule, loops: list, work: int) -> None:
         sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
 
 
+def largest_divisor(extent: int, cap: int) -> int:
+    """The largest divisor of `extent` up to `cap` (at least 1): a tile or step that needs no predicate."""
+    return max(f for f in range(1, max(1, min(extent, cap)) + 1) if extent % f == 0)
+
+
 def iterations(sch: Schedule, loops: list) -> int:
     total = 1
     for loop in loops:

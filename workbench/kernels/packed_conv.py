@@ -20,7 +20,8 @@ One kernel, several kinds (`PackedKind`):
     out     NHWC [N, OH, OW, O rounded up to 16], channels past O sliced off
 
 Its iterators are already split (o = 16 oo + oi, c = group co + ci), so MetaSchedule's tiling (with the kind's
-dot-product intrinsic, for int8) maps whole blocks; a build gives an untuned one a fixed schedule (kernels/packed_schedule.py).
+dot-product intrinsic, for int8) maps whole blocks; a build gives an untuned one a fixed schedule
+(kernels/packed_schedule.py).
 """
 
 from __future__ import annotations

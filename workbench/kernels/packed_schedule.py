@@ -21,6 +21,7 @@ import tvm
 from tvm.s_tir import Schedule, ScheduleError
 from tvm.target.codegen import target_has_features
 
+from workbench.kernels.loop_schedule import largest_divisor
 from workbench.kernels.packed_conv import AVX2_U8S8, DEPTHWISE_FP32, FP32, KERNEL_MARK, LANES, VNNI_U8S8, PackedKind
 
 log = logging.getLogger("workbench.build")
@@ -45,7 +46,7 @@ def pixel_step(width: int, pixels: int, cut_short: bool = True) -> int:
     channels: 0.75 -> 0.12 ms). The predicate costs: Magika's 508-wide row took 2x longer at 8 pixels with it
     than at 4 without. An integer kind never cuts short (`cut_short`): its dot-product intrinsic does not
     tensorize under a predicate."""
-    divisor = max(f for f in range(1, pixels + 1) if width % f == 0)
+    divisor = largest_divisor(width, pixels)
     return divisor if not cut_short or divisor == width or 2 * divisor >= pixels else pixels
 
 

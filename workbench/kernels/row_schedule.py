@@ -23,10 +23,9 @@ from tvm.s_tir import Schedule, ScheduleError
 from tvm.s_tir.dlight.analysis import SBlockInfo, normalize_prim_func
 from tvm.s_tir.dlight.analysis.common_analysis import collect_vars_used_in_prim_expr
 
-from workbench.kernels.loop_schedule import (iterations, log_plain_loops, parallel_loops, vector_lanes,
-                                             vectorize_loop)
+from workbench.kernels.loop_schedule import (iterations, largest_divisor, log_plain_loops, parallel_loops,
+                                             vector_lanes, vectorize_loop)
 
-DATA_PARALLEL = 0  # tirx.IterVar.DataPar
 MIN_PARTIALS = 4  # fewer independent sums than this do not pay for the partials buffer
 
 
@@ -70,7 +69,7 @@ def _lane_partials(sch: Schedule, info: SBlockInfo, lanes: int):
     extent = sch.get(loops[-1]).extent
     if not isinstance(extent, tvm.tirx.IntImm):
         return None
-    width = max(f for f in range(1, lanes + 1) if int(extent) % f == 0)
+    width = largest_divisor(int(extent), lanes)
     if width < MIN_PARTIALS or int(extent) < 2 * width:
         return None
     _, lane = sch.split(loops[-1], [None, width])
@@ -78,7 +77,7 @@ def _lane_partials(sch: Schedule, info: SBlockInfo, lanes: int):
 
 
 def _is_elementwise(sch: Schedule, block) -> bool:
-    return all(int(iv.iter_type) == DATA_PARALLEL for iv in sch.get(block).iter_vars)
+    return all(int(iv.iter_type) == tvm.tirx.IterVar.DataPar for iv in sch.get(block).iter_vars)
 
 
 def _schedule(sch: Schedule, infos: list[SBlockInfo], shared: int, target: tvm.target.Target) -> None:
