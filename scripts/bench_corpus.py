@@ -130,6 +130,8 @@ def time_to_parity(experiment: Experiment, untuned: Row, args: argparse.Namespac
                           untuned.medians_ms.get("ort_all"), untuned.reason or "")]
     if untuned.failure:
         return points
+    target = make_target(experiment.target)
+    module = None  # the model after its pipeline: the same at every checkpoint, made once
     with tempfile.TemporaryDirectory(prefix="parity_") as work:
         spent, trials = 0.0, 0
         for checkpoint in args.checkpoints:
@@ -137,9 +139,9 @@ def time_to_parity(experiment: Experiment, untuned: Row, args: argparse.Namespac
                                   database=Path(work) / "db", shared=[], cost_model=args.cost_model)
             tuned_experiment = experiment.model_copy(update={"tuning": tuning, "output": Path(work) / "out"})
             try:
-                target = make_target(tuned_experiment.target)
-                tuned = tune_optimized(optimized_module(tuned_experiment, Path.cwd(), target), target,
-                                       tuned_experiment, Path.cwd(), Console(quiet=True))
+                if module is None:
+                    module = optimized_module(experiment, Path.cwd(), target)
+                tuned = tune_optimized(module, target, tuned_experiment, Path.cwd(), Console(quiet=True))
             except Exception as exc:  # a model that cannot be tuned is a point with its reason, not a crash
                 points.append(ParityPoint(experiment.name, checkpoint, spent, trials, None, None,
                                           f"tuning: {one_line(exc)}"))
