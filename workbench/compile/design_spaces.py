@@ -10,7 +10,9 @@ and the workbench's own schedule as its first candidate.
 - A kernel the workbench schedules itself when untuned (kernels/default_schedule.py: a packed conv, an elementwise
   op) is first measured with that schedule, committed as its first record, so the search starts from it.
 - A kernel another database (another model's, compile/schedule_sources.py) has a record for is measured first with
-  that schedule, so the search starts from the best schedule known for it anywhere.
+  that schedule, so the search starts from the best schedule known for it anywhere; a kernel none has is measured
+  first with the best schedule of the same op at the closest other shapes there, its tiles refit
+  (compile/similar_workloads.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from contextlib import contextmanager
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
+from workbench.compile.similar_workloads import similar_schedule
 from workbench.kernels.default_schedule import default_schedule
 from workbench.kernels.packed_conv import int8_kind
 
@@ -163,13 +166,19 @@ def shared_schedule(task: ms.ExtractedTask, target: tvm.target.Target,
     return None
 
 
+def postprocs(task: ms.ExtractedTask) -> list[ms.postproc.Postproc]:
+    """The postprocessors the task's search applies to each candidate (its design space's, for its target)."""
+    return list(tune_context(task, 1, "replay-trace").space_generator.postprocs)
+
+
 def measure_shared_schedule(task: ms.ExtractedTask, target: tvm.target.Target, database: ms.database.Database,
                             builder: ms.builder.Builder, runner: ms.runner.Runner,
                             shared: list[SharedDatabase]) -> str | None:
-    """Measure here the schedule another model's database holds for this kernel (same workload: the same TIR) and
-    commit it as a record of the task, so its search starts from what was found there (measured on this machine,
-    not trusted from elsewhere). The name of the database it came from, or None (none has it, or it failed)."""
-    found = shared_schedule(task, target, shared)
+    """Measure here the schedule another model's database holds for this kernel (same workload: the same TIR), else
+    the adapted schedule of a similar kernel there (same op, other shapes), and commit it as a record of the task, so
+    its search starts from what was found there (measured on this machine, not trusted from elsewhere). Where it came
+    from (the database's name, or `a similar kernel (...) in <name>`), or None (none has one, or it failed)."""
+    found = shared_schedule(task, target, shared) or similar_schedule(task, shared, lambda: postprocs(task))
     if found is None:
         return None
     name, schedule = found
