@@ -10,13 +10,16 @@ fails (fetch, import, pipeline, build, accuracy) is a row with its one-line reas
 Writes corpus_<cpu>.md, .csv and .png into --out (default docs/results/) and prints one line per model per
 stage, so the log of a long run reads well without a terminal.
 
-With --tune-minutes N, each model is then tuned (from a cold, empty database: no shared schedules) in steps up to
-N wall-clock minutes (--checkpoints, default N/4, N/2 and N), and after each step built with the database and
-timed against ort_all again: the time to parity, written as parity_<cpu>.md/.csv/.png.
+With --tune-minutes N, each model is then tuned (from a cold, empty database; with --shared starting from the
+committed schedules/ of the other configs, never the model's own, as a user's tuning and build read them) in steps
+up to N wall-clock minutes (--checkpoints, default N/4, N/2 and N), and after each step built with the database(s)
+and timed against ort_all again: the time to parity, written as parity_[warm_][shared_]<cpu>.md/.csv/.png. Each
+step first profiles the build as it stands and tunes its hottest kernels first (inside the step's minutes).
 
     python scripts/bench_corpus.py [--only magika silero_vad] [--pipeline default] [--baselines ort_all,iree]
                                    [--repeat 10] [--rounds 3] [--out docs/results] [--corpus FILE]
-                                   [--tune-minutes 10 [--checkpoints 1 2 5 10] [--trials-per-task 16]]
+                                   [--tune-minutes 10 [--checkpoints 1 2 5 10] [--trials-per-task 16]
+                                    [--cost-model xgb_warm] [--shared]]
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from workbench.compile.databases import open_database
+from workbench.compile.schedule_sources import COMMITTED_SCHEDULES, schedule_sources
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment, TuningConfig
 from workbench.config.baselines import WORKBENCH_LABEL
@@ -38,7 +41,7 @@ from workbench.errors import UserError
 from workbench.record.corpus_table import Row
 from workbench.record.parity import ParityPoint, write_parity
 from workbench.record.results_page import Machine
-from workbench.stages import optimized_module
+from workbench.stages import optimize, prepare
 from workbench.stages.side_by_side import COMPARED, bench, one_line
 from workbench.stages.tuning import tune_optimized
 from workbench.runtime.threads import target_threads
@@ -79,6 +82,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--trials-per-task", type=int, default=16, help="per-kernel trials before the hot rounds")
     parser.add_argument("--cost-model", choices=["xgb", "xgb_warm"], default="xgb",
                         help="xgb_warm: pre-trained on the committed databases (its page: parity_warm_<cpu>.md)")
+    parser.add_argument("--shared", action="store_true",
+                        help="tuning and builds read the committed schedules/ of the other configs (read only)")
     args = parser.parse_args(argv)
     if args.tune_minutes:
         args.checkpoints = sorted(set(args.checkpoints or [args.tune_minutes / 4, args.tune_minutes / 2,
@@ -111,13 +116,16 @@ def main(argv: list[str] | None = None) -> list[Path]:
     if args.tune_minutes:
         points = [point for experiment, row in zip(experiments, rows, strict=True)
                   for point in time_to_parity(experiment, row, args)]
-        protocol = (f"- workbench: pipeline `{args.pipeline}`, tuned from an empty database (no shared schedules), "
-                    f"cost model `{args.cost_model}`, {args.trials_per_task} trials per kernel then hot rounds, "
-                    f"measured after "
+        start = ("starting from the committed schedules/ of the other configs (never the model's own; read only)"
+                 if args.shared else "from an empty database (no shared schedules)")
+        protocol = (f"- workbench: pipeline `{args.pipeline}`, tuned {start}, hottest kernels of the current build's "
+                    f"profile first, cost model `{args.cost_model}`, {args.trials_per_task} trials per kernel then "
+                    f"hot rounds, measured after "
                     f"{', '.join(f'{m:g}' for m in args.checkpoints)} min of tuning (wall clock; 0: untuned)\n"
                     f"- timing: median of {args.rounds} interleaved rounds of {args.repeat} runs, beside ort_all")
         written += write_parity(points, Machine(target_key(target), target_threads(target)), "ort_all", protocol,
-                                args.out, f"parity_{'warm_' if args.cost_model == 'xgb_warm' else ''}{host_cpu()}")
+                                args.out, f"parity_{'warm_' if args.cost_model == 'xgb_warm' else ''}"
+                                          f"{'shared_' if args.shared else ''}{host_cpu()}")
     print("wrote " + ", ".join(str(path) for path in written), flush=True)
     return written
 
@@ -131,17 +139,21 @@ def time_to_parity(experiment: Experiment, untuned: Row, args: argparse.Namespac
     if untuned.failure:
         return points
     target = make_target(experiment.target)
-    module = None  # the model after its pipeline: the same at every checkpoint, made once
+    prepared, module = None, None  # the model after its pipeline: the same at every checkpoint, made once
+    shared = [root for root in sorted(COMMITTED_SCHEDULES.iterdir()) if root.is_dir() and root.name != experiment.name
+              ] if args.shared else []
     with tempfile.TemporaryDirectory(prefix="parity_") as work:
         spent, trials = 0.0, 0
         for checkpoint in args.checkpoints:
             tuning = TuningConfig(minutes=checkpoint - spent, trials=1_000_000, trials_per_task=args.trials_per_task,
-                                  database=Path(work) / "db", shared=[], cost_model=args.cost_model)
+                                  database=Path(work) / "db", shared=shared, cost_model=args.cost_model)
             tuned_experiment = experiment.model_copy(update={"tuning": tuning, "output": Path(work) / "out"})
             try:
                 if module is None:
-                    module = optimized_module(experiment, Path.cwd(), target)
-                tuned = tune_optimized(module, target, tuned_experiment, Path.cwd(), Console(quiet=True))
+                    prepared = prepare(experiment, Path.cwd(), target)
+                    module = optimize(prepared, experiment.pipeline, stats=False).module
+                tuned = tune_optimized(module, target, tuned_experiment, Path.cwd(), Console(quiet=True),
+                                       prepared.inputs)
             except Exception as exc:  # a model that cannot be tuned is a point with its reason, not a crash
                 points.append(ParityPoint(experiment.name, checkpoint, spent, trials, None, None,
                                           f"tuning: {one_line(exc)}"))
@@ -150,7 +162,7 @@ def time_to_parity(experiment: Experiment, untuned: Row, args: argparse.Namespac
             trials += sum(task.trials_run for task in tuned.tasks)
             log(f"{spent:.1f} min, {trials} trials: {tuned.clock.reason()}")
             row = bench(tuned_experiment, ["ort_all"], Path(work), args.repeat, args.rounds, log,
-                        database=open_database(tuned.database, create=False))
+                        database=schedule_sources(tuned_experiment, Path.cwd(), target, "").database)
             points.append(ParityPoint(experiment.name, checkpoint, round(spent, 2), trials,
                                       row.medians_ms.get(WORKBENCH_LABEL), row.medians_ms.get("ort_all"),
                                       row.reason or ""))

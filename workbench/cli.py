@@ -101,16 +101,20 @@ def cmd_tune(args: argparse.Namespace) -> int:
     tuned = tune_experiment(experiment, Path.cwd(), stderr)
     results, database = tuned.tasks, tuned.database
     table = Table(title=f"{experiment.name}: tuning database {_shown(database)}")
-    for column in ("task", "uses", "trials (before + now) / budget", "best µs", "note"):
+    profiled = tuned.order == "profile"  # tasks hottest first; their µs in the build profiled before tuning
+    for column in ("task", "uses", *(["in the model µs"] if profiled else []), "trials (before + now) / budget",
+                   "best µs", "note"):
         table.add_column(column)
     for r in results:
         best = f"{r.best_us:.1f}" if r.best_us is not None else "—"
+        in_model = [f"{r.profiled_us:.1f}" if r.profiled_us is not None else "—"] if profiled else []
         if r.trials > r.budget:  # past its budget: the rest went to it as the kernel holding the most time
             trials_note = f"{r.trials - r.budget} hot trials"
         else:
             trials_note = "skipped: at budget" if r.trials_before >= r.budget and not r.exhausted else ""
         note = "; ".join(filter(None, [trials_note, *r.flags]))
-        table.add_row(r.name, str(r.weight), f"{r.trials_before} + {r.trials_run} / {r.budget}", best, note)
+        table.add_row(r.name, str(r.weight), *in_model, f"{r.trials_before} + {r.trials_run} / {r.budget}", best,
+                      note)
     stdout.print(table)
     stdout.print(f"{tuned.summary()}; database {_shown(database)}")
     return 0

@@ -269,7 +269,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
             optimized = optimize(prepared, experiment.pipeline, dump_ir)
     result.passes = [PassEntry(**vars(record)) for record in optimized.records]
     if tuning is not None and tuning.tune:
-        tuned = tune_optimized(optimized.module, target, experiment, base_dir, console)
+        tuned = tune_optimized(optimized.module, target, experiment, base_dir, console, inputs)
         result.tuning_trials = [r.as_dict() for r in tuned.tasks]
         result.tuning_time = tuned.clock.as_dict()
         console.print(f"[green]✓[/] {tuned.summary()}")

@@ -46,6 +46,7 @@ class TaskResult:
     best_us: float | None = None
     rejected: int = 0  # best records dropped for computing wrong outputs (compile/verify.py)
     seeded_from: str | None = None  # the shared database whose schedule for it was measured first
+    profiled_us: float | None = None  # its kernels' time in the build profiled before tuning (stages/hot_kernels.py)
 
     @property
     def trials(self) -> int:
@@ -62,7 +63,8 @@ class TaskResult:
     def as_dict(self) -> dict:
         return {"name": self.name, "weight": self.weight, "budget": self.budget, "trials_before": self.trials_before,
                 "trials_run": self.trials_run, "exhausted": self.exhausted, "best_us": self.best_us,
-                "rejected": self.rejected, "seeded_from": self.seeded_from}
+                "rejected": self.rejected, "seeded_from": self.seeded_from,
+                "profiled_us": self.profiled_us}
 
 
 def tuning_target(target: tvm.target.Target) -> tvm.target.Target:

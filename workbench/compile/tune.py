@@ -157,8 +157,10 @@ Progress = Callable[[TaskResult], None]  # called when a task starts, after each
 def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config: TuningConfig,
                database_dir: Path, log_dir: Path, progress: Progress | None = None,
                cost_model: ms.cost_model.CostModel | None = None, clock: TuningClock | None = None,
-               shared: list[SharedDatabase] | None = None) -> list[TaskResult]:
-    """Tune each task up to its budget (skipping those already there), never past `config.trials` in all;
+               shared: list[SharedDatabase] | None = None,
+               profiled_us: list[float] | None = None) -> list[TaskResult]:
+    """Tune each task, in the order given, up to its budget (skipping those already there), never past
+    `config.trials` in all;
     then spend `config.hot_trials` one search round at a time on the task that holds the most time now
     (best µs x uses: what `workbench profile` would put on top), so tuning time goes where latency is.
 
@@ -166,7 +168,9 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
     so a rerun with the same config only finishes what an interrupted run left (and measures nothing when
     the first run completed). `clock` (default: one for `config.minutes`) stops tuning once the minutes are
     spent, after the round in flight, and says why tuning stopped. A task new to the database first measures
-    the schedule the first of the `shared` databases (read only) holds for its workload, if any.
+    the schedule the first of the `shared` databases (read only) holds for its workload, if any. `tasks` come
+    heaviest first (FLOPs x uses, compile/tasks.py) or, with `profiled_us` (each task's time in the build
+    profiled before tuning, stages/hot_kernels.py), hottest first.
     """
     clock = clock or TuningClock(config.minutes)
     target = tuning_target(target)
@@ -174,6 +178,8 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
     use_tvm_threads(num_cores)  # the runner's processes measure candidates on the threads the build runs on
     database = open_database(database_dir, create=True)
     results = plan(tasks, database, database_dir, config)
+    for result, us in zip(results, profiled_us or [], strict=bool(profiled_us)):
+        result.profiled_us = us
     runner = make_runner(config, target)
     builder = make_builder(num_cores)
     cost_model = cost_model or make_cost_model(config, num_cores, target)
@@ -242,7 +248,7 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
                 results[index].rejected += rejected
             results[index].best_us = best_latency_us(database, tasks[index].dispatched[0])
 
-        for index, result in enumerate(results):  # heaviest first: a time budget goes to what matters most
+        for index, result in enumerate(results):  # heaviest or hottest first: a time budget goes where it matters
             if clock.spent() and any(r.trials_run for r in results):  # a run always measures its first round
                 break
             want = 0 if result.exhausted else min(result.budget - result.trials_before, left)

@@ -152,7 +152,8 @@ class TuningConfig(Strict):
                                   "committed schedules/; [] for none")
     minutes: PositiveFloat | None = Field(
         default=None, description="stop tuning once this many wall-clock minutes are spent (checked after each "
-                                  "search round, heaviest kernels first; a rerun resumes); with hot_trials unset, "
+                                  "search round, the hottest kernels of the current build's profile first; a "
+                                  "rerun resumes); with hot_trials unset, "
                                   "the time left after every task's budget goes to hot rounds")
     layout_rewrite: bool = Field(default=False, description="let MetaSchedule rewrite constant weights into the "
                                                             "layout each tuned kernel reads best, computed once at "

@@ -1,0 +1,70 @@
+"""A minutes budget tunes the hottest kernels of the current build first (stages/hot_kernels.py).
+
+The quickstart's convnet_small is profiled as built with default schedules; each tuning task gets the time of the
+kernels that are its workload, and `workbench tune --minutes` tunes in that order and says so.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workbench.cli import main
+from workbench.compile.targets import make_target
+from workbench.compile.tasks import extract_tasks, task_cost, tuning_module
+from workbench.config import TargetConfig, load_experiment
+from workbench.measure.profile import VM_BUILTINS
+from workbench.stages import optimize, prepare
+from workbench.stages.hot_kernels import hottest_first, profile_build, task_times
+
+HOST = make_target(TargetConfig())
+
+
+@pytest.fixture(scope="module")
+def quickstart():
+    """convnet_small after the quickstart pipeline: its tuning module, tasks and inputs."""
+    experiment = load_experiment(Path("configs/quickstart.yaml"))
+    prepared = prepare(experiment, Path.cwd(), HOST)
+    optimized = optimize(prepared, experiment.pipeline, stats=False).module
+    plain = tuning_module(optimized, HOST)
+    return {"optimized": optimized, "plain": plain, "tasks": extract_tasks(plain, HOST), "inputs": prepared.inputs}
+
+
+def test_every_kernel_call_is_charged_to_its_task(quickstart):
+    """The tasks' times add up to the profiled kernels' (every call of a kernel used three times included), and
+    the order they give differs from FLOPs x uses: a pad has no FLOPs but takes time."""
+    profile = profile_build(quickstart["optimized"], HOST, quickstart["inputs"])
+    tasks = quickstart["tasks"]
+    times = task_times(quickstart["plain"], profile, tasks)
+    kernels_us = sum(k.us for k in profile.kernels if k.name != VM_BUILTINS)
+    assert [t.name for t in times] == [task.task_name for task in tasks]
+    assert sum(t.us for t in times) == pytest.approx(kernels_us, rel=1e-9)
+    assert sum(t.share for t in times) == pytest.approx(kernels_us / profile.total_us, rel=1e-9)
+    reused = [(task, t) for task, t in zip(tasks, times) if int(task.weight) > 1]
+    assert reused and all(t.us > 0 for _, t in reused)  # pads used 2 and 3 times: all their calls counted
+    pads = [t for task, t in zip(tasks, times) if task_cost(task) == 0 and t.us > 0]
+    assert pads  # kernels FLOPs x uses puts last, which the profile says take time
+    ordered, ordered_times = hottest_first(tasks, times)
+    assert [t.us for t in ordered_times] == sorted((t.us for t in times), reverse=True)
+    assert [task.task_name for task in ordered] == [t.name for t in ordered_times]
+
+
+@pytest.mark.slow
+def test_a_minutes_budget_tunes_in_profile_order_and_says_so(tmp_path, capsys):
+    config = yaml.safe_load(Path("configs/quickstart.yaml").read_text())
+    config.update(output=str(tmp_path / "run"), tuning={"database": str(tmp_path / "db"), "shared": [],
+                                                           "trials_per_task": 64, "cost_model": "random"})
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["tune", str(path), "--minutes", "0.05"]) == 0
+    record = json.loads((tmp_path / "run" / "tuning.json").read_text())
+    assert record["order"] == "profile"
+    profiled = [task["profiled_us"] for task in record["tasks"]]
+    assert profiled == sorted(profiled, reverse=True) and profiled[0] > 0
+    assert record["tasks"][0]["trials_run"] >= 1  # the hottest kernel is the one tuned first
+    out = capsys.readouterr()
+    assert "in the model µs" in out.out and "hottest kernels first" in " ".join(out.err.split())
+
+    assert main(["tune", str(path), "--set", "tuning.trials=1"]) == 0  # no minutes: FLOPs x uses, no profile
+    assert json.loads((tmp_path / "run" / "tuning.json").read_text())["order"] == "flops"
