@@ -10,16 +10,18 @@ fails (fetch, import, pipeline, build, accuracy) is a row with its one-line reas
 Writes corpus_<cpu>.md, .csv and .png into --out (default docs/results/) and prints one line per model per
 stage, so the log of a long run reads well without a terminal.
 
-With --tune-minutes N, each model is then tuned (from a cold, empty database; with --shared starting from the
-committed schedules/ of the other configs, never the model's own, as a user's tuning and build read them) in steps
-up to N wall-clock minutes (--checkpoints, default N/4, N/2 and N), and after each step built with the database(s)
-and timed against ort_all again: the time to parity, written as parity_[warm_][shared_]<cpu>.md/.csv/.png. Each
-step first profiles the build as it stands and tunes its hottest kernels first (inside the step's minutes).
+With --tune-minutes N, each model is timed untuned and then tuned (from a cold, empty database; with --shared
+starting from the committed schedules/ of the other configs, never those tuned on the same model, as a user's
+tuning and build read them) in steps up to N wall-clock minutes (--checkpoints, default N/4, N/2 and N), and after
+each step built with the database(s) and timed against ort_all again: the time to parity, written as
+parity_[warm_][shared_]<cpu>.md/.csv/.png after every model (no corpus page: that one is the untuned run's). Each
+step first profiles the build as it stands and tunes its hottest kernels first (inside the step's minutes). With
+--resume the models that page already has are kept and only the others run: a long run goes on where it stopped.
 
     python scripts/bench_corpus.py [--only magika silero_vad] [--pipeline default] [--baselines ort_all,iree]
                                    [--repeat 10] [--rounds 3] [--out docs/results] [--corpus FILE]
                                    [--tune-minutes 10 [--checkpoints 1 2 5 10] [--trials-per-task 16]
-                                    [--cost-model xgb_warm] [--shared]]
+                                    [--cost-model xgb_warm] [--shared] [--resume]]
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 
 from workbench.compile.schedule_sources import COMMITTED_SCHEDULES, schedule_sources
@@ -39,7 +42,7 @@ from workbench.config import Experiment, TuningConfig
 from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import UserError
 from workbench.record.corpus_table import Row
-from workbench.record.parity import ParityPoint, write_parity
+from workbench.record.parity import ParityPoint, read_points, write_parity
 from workbench.record.results_page import Machine
 from workbench.stages import optimize, prepare
 from workbench.stages.side_by_side import COMPARED, bench, one_line
@@ -84,6 +87,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="xgb_warm: pre-trained on the committed databases (its page: parity_warm_<cpu>.md)")
     parser.add_argument("--shared", action="store_true",
                         help="tuning and builds read the committed schedules/ of the other configs (read only)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the models the parity CSV in --out already has and run only the others")
     args = parser.parse_args(argv)
     if args.tune_minutes:
         args.checkpoints = sorted(set(args.checkpoints or [args.tune_minutes / 4, args.tune_minutes / 2,
@@ -103,31 +108,63 @@ def main(argv: list[str] | None = None) -> list[Path]:
     entries = load_corpus(args.corpus).select(args.only)
     experiments = [entry.experiment(args.pipeline, args.baselines) for entry in entries]  # bad pipelines fail here
     target = make_target(experiments[0].target)
+    if args.tune_minutes:
+        return parity_run(experiments, target, args)
     rows = []
     for i, experiment in enumerate(experiments, 1):
         log = progress(f"[{i}/{len(experiments)}] ")
-        with tempfile.TemporaryDirectory(prefix="bench_corpus_") as work_dir:
-            rows.append(bench(experiment, args.baselines, Path(work_dir), args.repeat, args.rounds, log))
-        log(summary(rows[-1], args.baselines))
+        rows.append(untuned_row(experiment, args, log))
     setting = Setting(date=datetime.now().strftime("%Y-%m-%d %H:%M"), cpu=cpu_name(), target=target_key(target),
                       threads=target_threads(target), pipeline=args.pipeline, passes=to_text(experiments[0].pipeline),
                       baselines=tuple(args.baselines), repeat=args.repeat, rounds=args.rounds, versions=versions())
     written = write(rows, {entry.name: entry for entry in entries}, setting, args.out, f"corpus_{host_cpu()}")
-    if args.tune_minutes:
-        points = [point for experiment, row in zip(experiments, rows, strict=True)
-                  for point in time_to_parity(experiment, row, args)]
-        start = ("starting from the committed schedules/ of the other configs (never the model's own; read only)"
-                 if args.shared else "from an empty database (no shared schedules)")
-        protocol = (f"- workbench: pipeline `{args.pipeline}`, tuned {start}, hottest kernels of the current build's "
-                    f"profile first, cost model `{args.cost_model}`, {args.trials_per_task} trials per kernel then "
-                    f"hot rounds, measured after "
-                    f"{', '.join(f'{m:g}' for m in args.checkpoints)} min of tuning (wall clock; 0: untuned)\n"
-                    f"- timing: median of {args.rounds} interleaved rounds of {args.repeat} runs, beside ort_all")
-        written += write_parity(points, Machine(target_key(target), target_threads(target)), "ort_all", protocol,
-                                args.out, f"parity_{'warm_' if args.cost_model == 'xgb_warm' else ''}"
-                                          f"{'shared_' if args.shared else ''}{host_cpu()}")
     print("wrote " + ", ".join(str(path) for path in written), flush=True)
     return written
+
+
+def untuned_row(experiment: Experiment, args: argparse.Namespace, log: Callable[[str], None]) -> Row:
+    with tempfile.TemporaryDirectory(prefix="bench_corpus_") as work_dir:
+        row = bench(experiment, args.baselines, Path(work_dir), args.repeat, args.rounds, log)
+    log(summary(row, args.baselines))
+    return row
+
+
+def parity_run(experiments: list[Experiment], target, args: argparse.Namespace) -> list[Path]:
+    """Time to parity, model by model, the page rewritten after each (a crash loses at most the model in flight;
+    with --resume the models the page already has are kept and not run again)."""
+    stem = f"parity_{'warm_' if args.cost_model == 'xgb_warm' else ''}{'shared_' if args.shared else ''}{host_cpu()}"
+    kept = read_points(args.out / f"{stem}.csv") if args.resume else []
+    done = {point.model for point in kept}
+    start = ("starting from the committed schedules/ of the other configs (never the model's own; read only)"
+             if args.shared else "from an empty database (no shared schedules)")
+    protocol = (f"- workbench: pipeline `{args.pipeline}`, tuned {start}, hottest kernels of the current build's "
+                f"profile first, cost model `{args.cost_model}`, {args.trials_per_task} trials per kernel then "
+                f"hot rounds, measured after {', '.join(f'{m:g}' for m in args.checkpoints)} min of tuning (wall "
+                f"clock; 0: untuned)\n"
+                f"- timing: median of {args.rounds} interleaved rounds of {args.repeat} runs, beside ort_all")
+    machine = Machine(target_key(target), target_threads(target))
+    points = list(kept)
+    for i, experiment in enumerate(experiments, 1):
+        log = progress(f"[{i}/{len(experiments)}] ")
+        if experiment.name in done:
+            log(f"{experiment.name}: kept from {stem}.csv (--resume)")
+            continue
+        points += time_to_parity(experiment, untuned_row(experiment, args, log), args)
+        write_parity(points, machine, "ort_all", protocol, args.out, stem)  # a crash loses only the model in flight
+    written = write_parity(points, machine, "ort_all", protocol, args.out, stem)
+    print("wrote " + ", ".join(str(path) for path in written), flush=True)
+    return written
+
+
+def own_roots(experiment: Experiment) -> set[str]:
+    """The committed schedule roots tuned on this very model: the one named after it, and those whose config
+    (configs/<root>.yaml) builds the same model source (schedules/quickstart is convnet_small's)."""
+    names = {experiment.name}
+    for config in (ROOT / "configs").glob("*.yaml"):
+        source = (yaml.safe_load(config.read_text()) or {}).get("model", {}).get("source")
+        if source == experiment.model.source:
+            names.add(config.stem)
+    return names
 
 
 def time_to_parity(experiment: Experiment, untuned: Row, args: argparse.Namespace) -> list[ParityPoint]:
@@ -140,7 +177,8 @@ def time_to_parity(experiment: Experiment, untuned: Row, args: argparse.Namespac
         return points
     target = make_target(experiment.target)
     prepared, module = None, None  # the model after its pipeline: the same at every checkpoint, made once
-    shared = [root for root in sorted(COMMITTED_SCHEDULES.iterdir()) if root.is_dir() and root.name != experiment.name
+    own = own_roots(experiment)
+    shared = [root for root in sorted(COMMITTED_SCHEDULES.iterdir()) if root.is_dir() and root.name not in own
               ] if args.shared else []
     with tempfile.TemporaryDirectory(prefix="parity_") as work:
         spent, trials = 0.0, 0

@@ -155,3 +155,18 @@ def test_time_to_parity_tunes_in_minute_steps_and_writes_its_page(tmp_path, monk
     page = next(p for p in parity if p.suffix == ".md").read_text()
     assert page.startswith("# Time to parity with ort_all on ") and "## Time to parity" in page
     assert "[parity convnet_small] after " in capsys.readouterr().out
+
+    table = next(p for p in parity if p.suffix == ".csv")
+    before = table.read_text()
+    again = load_script().main(["--corpus", str(corpus), "--out", str(out), "--baselines", "ort_all",
+                                "--tune-minutes", "0.1", "--checkpoints", "0.05", "0.1", "--resume"])
+    log = capsys.readouterr().out
+    assert "convnet_small: kept from parity_" in log and "[parity convnet_small]" not in log  # nothing run again
+    assert table in again and table.read_text() == before  # its points read back and written unchanged
+
+
+def test_parity_with_shared_schedules_never_reads_the_models_own():
+    """schedules/quickstart was tuned on convnet_small: with --shared that model must not start from it."""
+    (entry,) = load_corpus().select(["convnet_small"])
+    own = load_script().own_roots(entry.experiment("default", []))
+    assert {"convnet_small", "quickstart"} <= own and "rapidocr_det" not in own

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from workbench.cli import main
+from workbench.record.report import schedules_line
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -46,7 +47,10 @@ def test_run_is_logged_with_params_metrics_and_artifacts(tmp_path, file_store):
     params = run.data.params
     assert params["pipeline_text"] == result["pipeline_text"]
     assert params["target_key"] == result["target_resolved"]["key"]
-    assert params["database"] == "untuned" and params["reference"] == "ort_none"
+    # no tuning: section, but the config is named quickstart: its default root schedules/quickstart is read
+    assert params["database"] == result["tuning"]["path"] and "schedules/quickstart/" in params["database"]
+    assert params["schedules"].startswith("schedules: ") and params["schedules"] == schedules_line(result["tuning"])
+    assert params["reference"] == "ort_none"
     assert params["model_source"] == "zoo:convnet_small" and params["threads"] == str(result["threads"])
     metrics = run.data.metrics
     for label in ("workbench", "ort_all", "ort_none"):

@@ -89,6 +89,19 @@ def test_committed_schedules_are_shared_by_default_and_an_empty_list_turns_shari
     assert [s.own for s in schedule_sources(alone, tmp_path, HOST, "hint").sources] == [True]
 
 
+def test_a_config_without_tuning_reads_the_committed_schedules_and_its_default_root_once_tuned(tmp_path):
+    """No `tuning:` section (as `workbench run --model` writes): the committed schedules are read, quietly; once
+    `workbench tune` has written the default root schedules/<name>, it comes first."""
+    experiment = validate({"name": "t", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]}}},
+                          "t")
+    sources = schedule_sources(experiment, tmp_path, HOST, "hint")  # tmp_path/schedules/t does not exist
+    assert sources.own.match == "none" and sources.own.note is None and not any(s.own for s in sources.sources)
+    assert {s.name for s in sources.sources} >= {"quickstart", "rapidocr_det"}
+    open_database(tuning_folder(tmp_path / "schedules" / "t", HOST), create=True)
+    first = schedule_sources(experiment, tmp_path, HOST, "hint").sources[0]
+    assert first.own and first.match == "exact" and first.name == "t"
+
+
 @pytest.mark.slow
 def test_a_kernel_tuned_in_another_database_is_applied_counted_and_named(shared, tmp_path, capsys):
     """The own database is empty; the shared one has the heaviest conv: the run applies that record, counts it

@@ -255,7 +255,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     tuning = experiment.tuning
     tune_hint = f"workbench tune {config_path or 'CONFIG'}"
     sources = None
-    if tuning is not None and not tuning.tune:  # a missing database is reported before any long work
+    if tuning is None or not tuning.tune:  # a missing database is reported before any long work
         sources = schedule_sources(experiment, base_dir, target, tune_hint)
     if prepared is None:
         with step(console, f"Loading {experiment.model.source} and importing it to Relax"):

@@ -7,7 +7,9 @@ repo's committed `schedules/`), then in the closest-target folders (its own root
 the first database with a record supplies the schedule: MetaSchedule's `OrderedUnionDatabase`, whose lookups are
 each database's own `query_tuning_record`. Which database answered is worked out the same way, one database at a
 time, so the run can say where its schedules came from. Shared databases are only read; tuning writes into the
-config's own database (compile/databases.py `tuning_folder`).
+config's own database (compile/databases.py `tuning_folder`). A config without a `tuning:` section reads the same
+(its own root being schedules/<name>, where `workbench tune` writes, when it exists): a schedule tuned anywhere
+for a kernel is used wherever the kernel appears.
 """
 
 from __future__ import annotations
@@ -152,16 +154,21 @@ def _open_shared(path: Path):
 
 def schedule_sources(experiment: Experiment, base_dir: Path, target: tvm.target.Target,
                      tune_hint: str) -> ScheduleSources | None:
-    """The databases a build of `experiment` for `target` reads, opened, in lookup order; None without a
-    `tuning:` section. The own root must exist (as before: a mistyped `tuning.database` is an error)."""
-    if experiment.tuning is None:
-        return None
+    """The databases a build of `experiment` for `target` reads, opened, in lookup order. A configured own root
+    must exist (a mistyped `tuning.database` is an error). Without a `tuning:` section a build reads what there
+    is: its default root (schedules/<name>, where `workbench tune` wrote) if it exists, and the committed
+    schedules; None where there is nothing to read."""
     root = experiment.database_root(base_dir)
-    own = choose_database(root, target, tune_hint)
+    if experiment.tuning is None and not root.is_dir():
+        own = DatabaseChoice(root, None, None, "none")  # nothing tuned for it, and nothing asked: no note
+    else:
+        own = choose_database(root, target, tune_hint)
     folders = experiment.shared_roots(base_dir)
     folders = [COMMITTED_SCHEDULES] if folders is None else folders
     shared = [choose_database(r, target, tune_hint) for folder in folders for r in shared_roots(folder)
               if _key(r) != _key(root)]
     sources = lookup_order(own, _name(root), [c for c in shared if c.path is not None])
+    if experiment.tuning is None and not sources:
+        return None
     databases = [open_database(s.path, create=False) if s.own else _open_shared(s.path) for s in sources]
     return ScheduleSources(own, sources, databases, target)

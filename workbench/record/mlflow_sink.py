@@ -13,6 +13,7 @@ from typing import Any
 
 from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import UserError
+from workbench.record.report import schedules_line
 from workbench.record.result import RESULT_FILE, RunResult
 
 ARTIFACTS = (RESULT_FILE, "report.md")  # and every *.png of the run folder
@@ -56,6 +57,7 @@ def run_params(result: RunResult) -> dict[str, str]:
         "model_source": result.model.get("source"),
         "database": tuning.get("path") or "untuned",
         "database_match": tuning.get("match"),
+        "schedules": schedules_line(tuning) if tuning else None,  # kernels per database, shared ones included
         "config_hash": result.provenance.get("config_hash"),
     }
     if result.tuning_trials:

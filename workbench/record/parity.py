@@ -81,6 +81,20 @@ def csv_text(points: list[ParityPoint]) -> str:
     return buffer.getvalue()
 
 
+def read_points(path: Path) -> list[ParityPoint]:
+    """The points of a parity CSV written by `csv_text` (none where the file does not exist)."""
+    if not path.is_file():
+        return []
+    numbers = {"checkpoint", "minutes", "trials", "workbench_ms", "baseline_ms"}
+
+    def number(text: str) -> float | None:  # as written: 0 stays 0, 0.05 stays 0.05, empty is None
+        return None if not text else int(text) if text.lstrip("-").isdigit() else float(text)
+
+    with path.open(newline="") as handle:
+        return [ParityPoint(**{f.name: number(row[f.name]) if f.name in numbers else row[f.name]
+                               for f in fields(ParityPoint)}) for row in csv.DictReader(handle)]
+
+
 def write_parity(points: list[ParityPoint], machine: Machine, baseline: str, protocol: str, out_dir: Path,
                  stem: str) -> list[Path]:
     """Write `<stem>.md` (table, chart, time to parity per model, geomean per checkpoint), `.csv` and `.png`."""
