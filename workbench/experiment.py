@@ -26,7 +26,7 @@ from rich.console import Console
 from workbench.atomic import atomic_write_bytes
 from workbench.compile.build import Built, build_lowered, build_tvm_default
 from workbench.compile.cuda_report import kernel_report
-from workbench.compile.schedule_sources import schedule_sources
+from workbench.compile.schedule_sources import ScheduleSources, schedule_sources
 from workbench.compile.targets import (GENERIC_CPU, describe, device_for, is_cuda, make_target, resolved,
                                       target_key)
 from workbench.config import pipeline_spec
@@ -68,28 +68,33 @@ def provenance(experiment: Experiment) -> dict:
 TVM_RECIPES = {"tvm_default": build_tvm_default, "tvm_unoptimized": build_lowered}  # the TVM baselines' builds
 
 
-def _cached(builds: dict | None, recipe, mod, target):
+def _cached(builds: dict | None, recipe, mod, target, state: tuple = (), name: str | None = None):
     """`recipe(mod, target)`, or with `builds` (one dict for all runs of a sweep worker) the build made
-    before for a structurally equal module: equal IR and target compile to the same code."""
+    before for a structurally equal module and the same `state` (what else the build reads): equal IR, target and
+    state compile to the same code. Builds are keyed by `name` (default: the recipe's)."""
     if builds is None:
         return recipe(mod, target)
-    key = (recipe.__name__, str(target), tvm_ffi.structural_hash(mod))
+    key = (name or recipe.__name__, str(target), tvm_ffi.structural_hash(mod), *state)
     if key not in builds:
         builds[key] = recipe(mod, target)
     return builds[key]
 
 
-def _workbench_build(optimized, target, library: Path, builds: dict | None, database=None,
-                     layout_rewrite: bool = False, source_of=None):
-    """Build the optimized module (with `database`'s tuned schedules; `source_of` says which of its databases
-    supplied each) and export it to `library`; with `builds`, a structurally equal module's build is reused and
-    its library copied, not emitted again. Tuned builds are never reused: the database may have grown since."""
-    if database is not None:
-        built = build_lowered(optimized, target, database, layout_rewrite, source_of)
-        built.export(library)
-        return built
-    built = _cached(builds, build_lowered, optimized, target)
-    key = ("library", str(target), tvm_ffi.structural_hash(optimized))
+def _workbench_build(optimized, target, library: Path, builds: dict | None, sources: ScheduleSources | None,
+                     layout_rewrite: bool = False):
+    """Build the optimized module (with the tuned schedules of `sources`' databases, each kernel's source noted)
+    and export it to `library`; with `builds`, a build of a structurally equal module with the databases as they
+    are now (`ScheduleSources.state`: tuning may have grown one since) is reused and its library copied, not
+    emitted again."""
+    database = sources.database if sources is not None else None
+    source_of = sources.source_of if sources is not None else None
+
+    def with_schedules(mod, target):
+        return build_lowered(mod, target, database, layout_rewrite, source_of)
+
+    state = (sources.state(), layout_rewrite) if sources is not None else ()
+    built = _cached(builds, with_schedules, optimized, target, state, name="build_lowered")
+    key = ("library", str(target), tvm_ffi.structural_hash(optimized), *state)
     exported = builds.get(key) if builds is not None else None
     if exported is not None and exported.is_file():
         atomic_write_bytes(library, exported.read_bytes())
@@ -278,8 +283,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
     with step(console, f"Building workbench for {target_key(target)}"
                        + (f" with tuned schedules ({len(sources.sources)} databases)" if database is not None else "")):
         library = out_dir / "workbench.so"
-        built = _workbench_build(optimized.module, target, library, builds, database, experiment.layout_rewrite,
-                                 sources.source_of if sources is not None else None)
+        built = _workbench_build(optimized.module, target, library, builds, sources, experiment.layout_rewrite)
     if built.fell_back:
         result.kernels_fell_back = built.fell_back
         console.print(f"[yellow]![/] {len(built.fell_back)} kernels failed to lower with their schedule and run "

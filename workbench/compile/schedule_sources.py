@@ -98,6 +98,11 @@ class ScheduleSources:
 
         return ms.database.OrderedUnionDatabase(*self.databases)
 
+    def state(self) -> tuple:
+        """What the databases hold now (each records file's size and time of change): a build of the same module
+        with the same state is the same build."""
+        return tuple((_key(source.path), *_records_stat(source.path)) for source in self.sources)
+
     def source_of(self, workload: tvm.IRModule) -> str:
         """The path (the key of `Built.tuning['sources']`) of the first database with a record for `workload`, as
         the ordered union answers it."""
@@ -142,11 +147,16 @@ def lookup_order(own: DatabaseChoice, own_name: str, shared: list[DatabaseChoice
 _OPENED: dict[tuple[str, int, int], object] = {}  # shared databases, read once per process while unchanged
 
 
-def _open_shared(path: Path):
-    """A shared database opened once per process (a sweep worker builds many times) until its records change."""
+def _records_stat(path: Path) -> tuple[int, int]:
+    """A database folder's records file's time of change and size (0, 0 where it has none yet)."""
     records = path / RECORDS_FILE
     stat = records.stat() if records.is_file() else None
-    key = (_key(path), stat.st_mtime_ns if stat else 0, stat.st_size if stat else 0)
+    return (stat.st_mtime_ns, stat.st_size) if stat else (0, 0)
+
+
+def _open_shared(path: Path):
+    """A shared database opened once per process (a sweep worker builds many times) until its records change."""
+    key = (_key(path), *_records_stat(path))
     if key not in _OPENED:
         _OPENED[key] = open_database(path, create=False)
     return _OPENED[key]
