@@ -54,7 +54,11 @@ class Tuned:
     tasks: list[TaskResult]
     database: Path
     clock: TuningClock
-    order: Literal["profile", "flops"] = "flops"  # hottest in the current build's profile, or FLOPs x uses, first
+
+    @property
+    def order(self) -> Literal["profile", "flops"]:
+        """Which tasks went first: the hottest in the current build's profile, or the heaviest by FLOPs x uses."""
+        return "profile" if any(task.profiled_us is not None for task in self.tasks) else "flops"
 
     def as_dict(self) -> dict:
         return {"database": str(self.database), **self.clock.as_dict(), "order": self.order,
@@ -166,7 +170,7 @@ def tune_optimized(optimized: tvm.IRModule, target: tvm.target.Target, experimen
 
             results = tune_tasks(tasks, target, config, database, log_dir, progress=show, clock=clock,
                                  shared=shared, profiled_us=profiled)
-    tuned = Tuned(results, database, clock, "profile" if profiled else "flops")
+    tuned = Tuned(results, database, clock)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out_dir / TUNING_RECORD, tuned.as_dict())
     return tuned
