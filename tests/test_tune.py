@@ -32,7 +32,8 @@ from workbench.passes.pipeline import run_pipeline
 from workbench.compile.databases import open_database
 from workbench.compile.design_spaces import tune_context
 from workbench.compile.tasks import TaskResult, extract_tasks, plan, tuning_module, tuning_target
-from workbench.compile.tune import MS_LOGGER, hottest, make_builder, make_cost_model, make_runner, tune_tasks
+from workbench.compile.tune import (MS_LOGGER, hottest, make_builder, make_cost_model, make_runner, task_log_path,
+                                    tune_tasks)
 from workbench.compile.warm_model import XGB_WARMUP_SAMPLES
 
 HOST_KEY = target_key(make_target(TargetConfig()))  # llvm-<this machine's CPU>
@@ -293,3 +294,30 @@ def test_rpc_runner_measures_on_the_tracker_device(rpc_tracker, optimized, llvm,
     tasks = [t for t in extract_tasks(tuning_module(optimized, llvm), llvm) if t.task_name == "fused_matmul_add5"]
     results = tune_tasks(tasks, llvm, config, tmp_path / "db", tmp_path / "logs")
     assert results[0].trials_run == 2 and results[0].best_us is not None  # measured on the RPC server, not failed
+
+
+def test_a_kernel_whose_name_is_too_long_for_a_file_tunes_and_logs_to_a_shortened_name(llvm, tmp_path):
+    """PP-OCR's det models fuse chains of elementwise ops into kernels named by all of them (`fused_reshape4_add33_
+    multiply25_...`, over 255 bytes): their tuning log file could not be opened and tuning failed. A 60-op chain
+    is such a kernel; it tunes, and its log (a file name the file system takes) holds the search's rounds."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((8, 16), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = x
+            for i in range(60):
+                y = bb.emit(relax.op.add(y, relax.const(1.0)) if i % 2 else relax.op.multiply(y, relax.const(0.5)))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(
+        relax.transform.AnnotateTIROpPattern()(relax.transform.LegalizeOps()(bb.get()))))
+    (task,) = extract_tasks(tuning_module(fused, llvm), llvm)
+    assert len(task.task_name) > 255
+    config = TuningConfig(trials=2, trials_per_task=2, trials_per_iter=2, cost_model="random")
+    (result,) = tune_tasks([task], llvm, config, tmp_path / "db", tmp_path / "logs")
+    assert result.trials_run == 2 and result.best_us is not None
+    (log,) = (tmp_path / "logs").glob("*.log")
+    assert log == task_log_path(tmp_path / "logs", task.task_name) and len(log.name.encode()) <= 255
+    assert log.name.startswith("fused_multiply_add_multiply") and log.read_text().strip()
+    other = task_log_path(tmp_path, task.task_name + "_add")  # the same first 187 bytes: another file
+    assert other != log and len(other.name.encode()) <= 255

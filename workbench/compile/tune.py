@@ -19,6 +19,7 @@ Choices that are not MetaSchedule's defaults, and why:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections.abc import Callable, Iterator
@@ -44,6 +45,7 @@ from workbench.runtime.rpc import check_tracker
 from workbench.runtime.threads import target_threads, use_tvm_threads
 
 MS_LOGGER = "tvm.s_tir.meta_schedule"
+LOG_NAME_BYTES = 200  # a task's log file name, at most: file systems take 255, a fused kernel's name runs to 1000s
 POPULATION_SIZE = 128
 
 
@@ -108,9 +110,19 @@ def quiet_metaschedule() -> None:
         handler.setLevel(logging.WARNING)
 
 
+def task_log_path(log_dir: Path, task_name: str) -> Path:
+    """`log_dir/<task>.log`; a name too long for a file (PP-OCR's fused kernels' are) is cut, and ends in a hash
+    of the whole name, so two long names sharing a start still get a file each."""
+    if len(task_name.encode()) <= LOG_NAME_BYTES:
+        return log_dir / f"{task_name}.log"
+    digest = hashlib.sha1(task_name.encode()).hexdigest()[:12]
+    return log_dir / f"{task_name.encode()[:LOG_NAME_BYTES - 13].decode(errors='ignore')}-{digest}.log"
+
+
 @contextmanager
 def task_loggers(log_dir: Path, task_names: list[str]) -> Iterator[list[logging.Logger]]:
-    """One logger per task writing MetaSchedule's per-round log to `log_dir/<task>.log`, closed afterwards.
+    """One logger per task writing MetaSchedule's per-round log to `log_dir/<task>.log` (`task_log_path`), closed
+    afterwards.
 
     Not MetaSchedule's `get_loggers_from_work_dir`: that one reconfigures logging globally (dictConfig) and
     crashes when the MetaSchedule logger carries a handler without a name (pytest's, a notebook's, an
@@ -124,7 +136,7 @@ def task_loggers(log_dir: Path, task_names: list[str]) -> Iterator[list[logging.
         logger = logging.getLogger(f"workbench.tuning.{name}")
         logger.setLevel(logging.DEBUG)
         logger.propagate = False
-        handler = logging.FileHandler(log_dir / f"{name}.log", mode="a")
+        handler = logging.FileHandler(task_log_path(log_dir, name), mode="a")
         handler.setFormatter(formatter)
         logger.addHandler(handler)
         loggers.append(logger)
