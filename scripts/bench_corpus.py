@@ -16,7 +16,8 @@ tuning and build read them) in steps up to N wall-clock minutes (--checkpoints, 
 each step built with the database(s) and timed against ort_all again: the time to parity, written as
 parity_[warm_][shared_]<cpu>.md/.csv/.png after every model (no corpus page: that one is the untuned run's). Each
 step first profiles the build as it stands and tunes its hottest kernels first (inside the step's minutes). With
---resume the models that page already has are kept and only the others run: a long run goes on where it stopped.
+--resume the models that page already has are kept and only the others run (and those with a failed point, again):
+a long run goes on where it stopped.
 
     python scripts/bench_corpus.py [--only magika silero_vad] [--pipeline default] [--baselines ort_all,iree]
                                    [--repeat 10] [--rounds 3] [--out docs/results] [--corpus FILE]
@@ -88,7 +89,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shared", action="store_true",
                         help="tuning and builds read the committed schedules/ of the other configs (read only)")
     parser.add_argument("--resume", action="store_true",
-                        help="keep the models the parity CSV in --out already has and run only the others")
+                        help="keep the models the parity CSV in --out already has (without a failed point) and "
+                             "run only the others")
     args = parser.parse_args(argv)
     if args.tune_minutes:
         args.checkpoints = sorted(set(args.checkpoints or [args.tune_minutes / 4, args.tune_minutes / 2,
@@ -131,9 +133,11 @@ def untuned_row(experiment: Experiment, args: argparse.Namespace, log: Callable[
 
 def parity_run(experiments: list[Experiment], target, args: argparse.Namespace) -> list[Path]:
     """Time to parity, model by model, the page rewritten after each (a crash loses at most the model in flight;
-    with --resume the models the page already has are kept and not run again)."""
+    with --resume the models the page already has without a failure are kept and not run again)."""
     stem = f"parity_{'warm_' if args.cost_model == 'xgb_warm' else ''}{'shared_' if args.shared else ''}{host_cpu()}"
-    kept = read_points(args.out / f"{stem}.csv") if args.resume else []
+    found = read_points(args.out / f"{stem}.csv") if args.resume else []
+    failed = {point.model for point in found if point.note}  # run again: the cause may be fixed since
+    kept = [point for point in found if point.model not in failed]
     done = {point.model for point in kept}
     start = ("starting from the committed schedules/ of the other configs (never the model's own; read only)"
              if args.shared else "from an empty database (no shared schedules)")

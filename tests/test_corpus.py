@@ -162,6 +162,7 @@ def test_time_to_parity_tunes_in_minute_steps_and_writes_its_page(tmp_path, monk
                                 "--tune-minutes", "0.1", "--checkpoints", "0.05", "0.1", "--resume"])
     log = capsys.readouterr().out
     assert "convnet_small: kept from parity_" in log and "[parity convnet_small]" not in log  # nothing run again
+    assert "broken: kept" not in log and "[2/2] broken: load FAILED" in log  # a failed model is run again
     assert table in again and table.read_text() == before  # its points read back and written unchanged
 
 
