@@ -4,7 +4,8 @@ import csv
 
 import pytest
 
-from workbench.record.parity import ParityPoint, geomean_by_checkpoint, minutes_to_parity, write_parity
+from workbench.record.parity import (ParityPoint, geomean_by_checkpoint, minutes_to_parity, parity_figure,
+                                     write_parity)
 from workbench.record.results_page import Machine, cpu_name, write_results_page
 
 
@@ -48,3 +49,7 @@ def test_parity_page_reads_time_to_parity_and_geomeans(tmp_path):
     rows = list(csv.DictReader(table.open()))
     assert [r["ratio"] for r in rows] == ["0.5", "1.0", "2.0", "0.25", "0.5", ""]
     assert chart.read_bytes()[:4] == b"\x89PNG"
+    lines = {line.get_label(): line for line in parity_figure(points, "ort_all", "t").axes[0].get_lines()}
+    assert set(lines) >= {"a", "b", "geomean (2 models)"} and "c" not in lines  # c has no ratio to draw
+    assert list(lines["geomean (2 models)"].get_ydata()) == pytest.approx(list(geomean_by_checkpoint(points).values()))
+    assert lines["a"].get_color() != lines["b"].get_color()

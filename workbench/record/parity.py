@@ -12,7 +12,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from matplotlib import colormaps
 from matplotlib.figure import Figure
+from matplotlib.ticker import ScalarFormatter
 
 from workbench.atomic import atomic_write_text
 from workbench.record.report import number_text, save_png
@@ -55,16 +57,25 @@ def geomean_by_checkpoint(points: list[ParityPoint]) -> dict[float, float]:
 
 
 def parity_figure(points: list[ParityPoint], baseline: str, title: str) -> Figure:
-    """Ratio against tuning minutes, one line per model, the parity line at 1 (log scale)."""
+    """Ratio against tuning minutes, one line per model (20 colours, then markers tell them apart), the geomean
+    over the models at each checkpoint in bold, the parity line at 1 (log scale, plain numbers)."""
     fig = Figure(figsize=(9, 5.5))
     ax = fig.subplots()
-    for model in dict.fromkeys(p.model for p in points):
+    colours, markers = colormaps["tab20"].colors, "osD^v<>ph"
+    for index, model in enumerate(dict.fromkeys(p.model for p in points)):
         mine = sorted((p for p in points if p.model == model and p.ratio), key=lambda p: p.minutes)
         if mine:
-            ax.plot([p.minutes for p in mine], [p.ratio for p in mine], marker="o", label=model)
+            ax.plot([p.minutes for p in mine], [p.ratio for p in mine], label=model, linewidth=1,
+                    color=colours[index % len(colours)], marker=markers[index // len(colours) % len(markers)])
+    geomeans = geomean_by_checkpoint(points)
+    models = len({p.model for p in points if p.ratio})
+    ax.plot(list(geomeans), list(geomeans.values()), color="black", linewidth=2.5, linestyle="--", marker="s",
+            label=f"geomean ({models} models)")
     ax.axhline(1, color="black", linewidth=0.8)
     ax.set_yscale("log")
-    ax.set_xlabel("tuning minutes (wall clock, this machine)")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
+    ax.set_xlabel("tuning minutes (wall clock, this machine; the geomean at each budget)")
     ax.set_ylabel(f"{baseline} median / workbench median (> 1: faster)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
