@@ -139,3 +139,23 @@ def replay(record: ms.database.TuningRecord, new: ms.ExtractedTask) -> tvm.IRMod
     schedule = tvm.s_tir.Schedule(new.dispatched[0])
     record.trace.apply_to_schedule(schedule, remove_postproc=False)
     return schedule.mod
+
+
+@pytest.mark.slow
+def test_a_kernel_of_the_model_tuned_first_lends_its_schedule_to_the_same_op_at_another_shape(tmp_path):
+    """No shared database: of two convs of one model, the one tuned second starts from the first one's best
+    schedule, adapted and measured here (its first record has the refit tiles and computes the conv)."""
+    big, small = conv((1, 18, 18, 8), (3, 3, 8, 16)), conv((1, 9, 9, 8), (3, 3, 8, 24))
+    own = tuning_folder(tmp_path / "own", HOST)
+    first, second = tune_tasks([small, big], HOST, TINY, own, tmp_path / "logs")  # tuned heaviest first
+    assert first.seeded_from is None  # the big conv: nothing tuned before it
+    assert second.seeded_from == "a similar kernel (1x16x16x16 → 1x7x7x24) in the database being tuned"
+    database = open_database(own, create=False)
+    (lender,) = {r.workload for r in database.get_all_tuning_records()
+                 if shape_of(r.workload.mod).literals == shape_of(big.dispatched[0]).literals}
+    adapted = [perfect_tiles(old, extent) for old, extent
+               in zip(tile_decisions(database.get_top_k(lender, 1)[0].trace), [1, 7, 7, 24, 3, 3, 8], strict=True)]
+    seeded = [r for r in database.get_all_tuning_records() if tile_decisions(r.trace) == adapted
+              and shape_of(r.workload.mod).literals == shape_of(small.dispatched[0]).literals]
+    assert seeded and 0 < min(float(s) for s in seeded[0].run_secs) < 1
+    assert_computes_conv(replay(seeded[0], small), (1, 9, 9, 8), (3, 3, 8, 24))

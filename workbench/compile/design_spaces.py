@@ -11,8 +11,8 @@ and the workbench's own schedule as its first candidate.
   op) is first measured with that schedule, committed as its first record, so the search starts from it.
 - A kernel another database (another model's, compile/schedule_sources.py) has a record for is measured first with
   that schedule, so the search starts from the best schedule known for it anywhere; a kernel none has is measured
-  first with the best schedule of the same op at the closest other shapes there, its tiles refit
-  (compile/similar_workloads.py).
+  first with the best schedule of the same op at the closest other shapes there or among the model's kernels
+  tuned before it, its tiles refit (compile/similar_workloads.py).
 """
 
 from __future__ import annotations
@@ -150,6 +150,7 @@ def measure_default_schedule(task: ms.ExtractedTask, target: tvm.target.Target, 
 
 
 SharedDatabase = tuple[str, ms.database.Database]  # a database tuning reads but never writes, and its name
+TUNED_DATABASE = "the database being tuned"  # its name where a similar kernel there lends a schedule
 
 
 def shared_schedule(task: ms.ExtractedTask, target: tvm.target.Target,
@@ -175,10 +176,12 @@ def measure_shared_schedule(task: ms.ExtractedTask, target: tvm.target.Target, d
                             builder: ms.builder.Builder, runner: ms.runner.Runner,
                             shared: list[SharedDatabase]) -> str | None:
     """Measure here the schedule another model's database holds for this kernel (same workload: the same TIR), else
-    the adapted schedule of a similar kernel there (same op, other shapes), and commit it as a record of the task, so
-    its search starts from what was found there (measured on this machine, not trusted from elsewhere). Where it came
-    from (the database's name, or `a similar kernel (...) in <name>`), or None (none has one, or it failed)."""
-    found = shared_schedule(task, target, shared) or similar_schedule(task, shared, lambda: postprocs(task))
+    the adapted schedule of a similar kernel (same op, other shapes) there or in `database` itself (a kernel of
+    this model tuned before this one), and commit it as a record of the task, so its search starts from what was
+    found there (measured on this machine, not trusted from elsewhere). Where it came from (the database's name,
+    or `a similar kernel (...) in <name>`), or None (none has one, or it failed)."""
+    found = (shared_schedule(task, target, shared)
+             or similar_schedule(task, [*shared, (TUNED_DATABASE, database)], lambda: postprocs(task)))
     if found is None:
         return None
     name, schedule = found

@@ -45,7 +45,7 @@ class TaskResult:
     trials_run: int = 0
     best_us: float | None = None
     rejected: int = 0  # best records dropped for computing wrong outputs (compile/verify.py)
-    seeded_from: str | None = None  # the shared database whose schedule for it was measured first
+    seeded_from: str | None = None  # the database whose schedule for it (or a similar kernel's) was measured first
     profiled_us: float | None = None  # its kernels' time in the build profiled before tuning (stages/hot_kernels.py)
 
     @property

@@ -236,8 +236,9 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
                 mark_exhausted(database_dir, task)
 
         def seed_first_records(index: int, want: int) -> int:
-            """A new task's first records (at most `want`): the schedule a shared database holds for it, then
-            its default schedule; how many were measured."""
+            """A new task's first records (at most `want`): the schedule a shared database holds for it (or a
+            similar kernel's there or among the tasks tuned before it), then its default schedule; how many were
+            measured."""
             task, result = tasks[index], results[index]
             seeded = measure_shared_schedule(task, target, database, builder, runner, shared or [])
             result.seeded_from = seeded
