@@ -147,7 +147,8 @@ def test_a_kernel_of_the_model_tuned_first_lends_its_schedule_to_the_same_op_at_
     schedule, adapted and measured here (its first record has the refit tiles and computes the conv)."""
     big, small = conv((1, 18, 18, 8), (3, 3, 8, 16)), conv((1, 9, 9, 8), (3, 3, 8, 24))
     own = tuning_folder(tmp_path / "own", HOST)
-    first, second = tune_tasks([small, big], HOST, TINY, own, tmp_path / "logs")  # tuned heaviest first
+    both = TINY.model_copy(update={"trials": 4})  # two trials each
+    first, second = tune_tasks([big, small], HOST, both, own, tmp_path / "logs")  # tuned in this order
     assert first.seeded_from is None  # the big conv: nothing tuned before it
     assert second.seeded_from == "a similar kernel (1x16x16x16 → 1x7x7x24) in the database being tuned"
     database = open_database(own, create=False)
