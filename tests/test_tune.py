@@ -28,6 +28,7 @@ from workbench.compile.databases import RECORDS_FILE
 from workbench.compile.targets import make_target, target_key
 from workbench.config import TargetConfig, TuningConfig, load_experiment
 from workbench.errors import UserError
+from workbench.config.pipeline_spec import parse_text
 from workbench.passes.pipeline import run_pipeline
 from workbench.compile.databases import open_database
 from workbench.compile.design_spaces import tune_context
@@ -309,8 +310,7 @@ def test_a_kernel_whose_name_is_too_long_for_a_file_tunes_and_logs_to_a_shortene
                 y = bb.emit(relax.op.add(y, relax.const(1.0)) if i % 2 else relax.op.multiply(y, relax.const(0.5)))
             out = bb.emit_output(y)
         bb.emit_func_output(out)
-    fused = relax.transform.FuseTIR()(relax.transform.FuseOps()(
-        relax.transform.AnnotateTIROpPattern()(relax.transform.LegalizeOps()(bb.get()))))
+    fused, _ = run_pipeline(bb.get(), parse_text("fuse"), llvm, stats=False)
     (task,) = extract_tasks(tuning_module(fused, llvm), llvm)
     assert len(task.task_name) > 255
     config = TuningConfig(trials=2, trials_per_task=2, trials_per_iter=2, cost_model="random")

@@ -241,7 +241,8 @@ def make_parser() -> argparse.ArgumentParser:
     tune.add_argument("config", help="experiment YAML file (its tuning: section; defaults if absent)")
     tune.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     tune.add_argument("--minutes", type=float, metavar="N",
-                      help="stop after N wall-clock minutes (tuning.minutes; the hottest kernels of the current build first; rerun resumes)")
+                      help="stop after N wall-clock minutes (tuning.minutes; the hottest kernels of the current "
+                           "build first; rerun resumes)")
     tune.set_defaults(handler=cmd_tune)
 
     profile = verbs.add_parser("profile", help="per-kernel time of the workbench build next to ONNX Runtime's "
