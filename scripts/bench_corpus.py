@@ -31,6 +31,7 @@ import argparse
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -41,12 +42,12 @@ from workbench.compile.schedule_sources import COMMITTED_SCHEDULES, schedule_sou
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment, TuningConfig
 from workbench.config.baselines import WORKBENCH_LABEL
-from workbench.errors import UserError
+from workbench.errors import UserError, one_line
 from workbench.record.corpus_table import Row
-from workbench.record.parity import ParityPoint, read_points, write_parity
+from workbench.record.parity import CHECKPOINT_PASSED, ParityPoint, read_points, write_parity
 from workbench.record.results_page import Machine
 from workbench.stages import optimize, prepare
-from workbench.stages.side_by_side import COMPARED, bench, one_line
+from workbench.stages.side_by_side import COMPARED, bench
 from workbench.stages.tuning import tune_optimized
 from workbench.runtime.threads import target_threads
 from workbench.models.corpus import CORPUS_FILE, load_corpus
@@ -136,7 +137,7 @@ def parity_run(experiments: list[Experiment], target, args: argparse.Namespace) 
     with --resume the models the page already has without a failure are kept and not run again)."""
     stem = f"parity_{'warm_' if args.cost_model == 'xgb_warm' else ''}{'shared_' if args.shared else ''}{host_cpu()}"
     found = read_points(args.out / f"{stem}.csv") if args.resume else []
-    failed = {point.model for point in found if point.note}  # run again: the cause may be fixed since
+    failed = {point.model for point in found if point.failed}  # run again: the cause may be fixed since
     kept = [point for point in found if point.model not in failed]
     done = {point.model for point in kept}
     start = ("starting from the committed schedules/ of the other configs (never the model's own; read only)"
@@ -173,7 +174,9 @@ def own_roots(experiment: Experiment) -> set[str]:
 
 def time_to_parity(experiment: Experiment, untuned: Row, args: argparse.Namespace) -> list[ParityPoint]:
     """The untuned row as the 0-minute point, then one point per checkpoint: tune (resuming) until it, build with
-    the database, time it beside ort_all. A model that failed untuned, or fails to tune, keeps its reason."""
+    the database, time it beside ort_all. A checkpoint the previous step's last round already ran past is not
+    tuned again: its point is the measurement at the minutes actually spent, noted as such. A model that failed
+    untuned, or fails to tune, keeps its reason."""
     log = progress(f"[parity {experiment.name}] ")
     points = [ParityPoint(experiment.name, 0, 0, 0, untuned.medians_ms.get(WORKBENCH_LABEL),
                           untuned.medians_ms.get("ort_all"), untuned.reason or "")]
@@ -187,6 +190,11 @@ def time_to_parity(experiment: Experiment, untuned: Row, args: argparse.Namespac
     with tempfile.TemporaryDirectory(prefix="parity_") as work:
         spent, trials = 0.0, 0
         for checkpoint in args.checkpoints:
+            if spent >= checkpoint:  # the previous step's last round ran past this checkpoint: nothing left to tune
+                points.append(replace(points[-1], checkpoint=checkpoint, note=f"{CHECKPOINT_PASSED}: the step to "
+                                      f"{points[-1].checkpoint:g} min ran to {spent:.2f} min"))
+                log(f"{checkpoint:g} min: already passed ({spent:.2f} min spent); its point is that measurement")
+                continue
             tuning = TuningConfig(minutes=checkpoint - spent, trials=1_000_000, trials_per_task=args.trials_per_task,
                                   database=Path(work) / "db", shared=shared, cost_model=args.cost_model)
             tuned_experiment = experiment.model_copy(update={"tuning": tuning, "output": Path(work) / "out"})

@@ -33,6 +33,22 @@ class ReferenceFailed(Exception):
         self.result = result
 
 
+REASON_CHARS = 200  # an error as one line (`one_line`), at most
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line: its first non-empty message line, with its type unless it is ours.
+
+    TVM's errors put a C++ stack trace before what failed: their message is the last line that says `Check
+    failed` or `Error`, where there is one."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    said = [line for line in lines if "Check failed" in line or "Error:" in line]
+    text = said[-1] if said and len(lines) > 1 else lines[0] if lines else ""
+    ours = isinstance(exc, (UserError, BaselineUnavailable))
+    reason = text if ours and text else f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 3] + "..."
+
+
 # What parsing YAML text raises on bad input: PyYAML's own errors, and the bare ValueError its int constructor
 # raises on literals such as `0b_` or `0x_` (found by tests/test_fuzz.py)
 YAML_ERRORS = (yaml.YAMLError, ValueError)

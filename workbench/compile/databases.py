@@ -12,13 +12,17 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import tvm
 
-from workbench.atomic import atomic_write_json
+from workbench.atomic import atomic_write_json, atomic_write_text
 from workbench.compile.targets import cpu_features, target_key
 from workbench.config import Experiment
 from workbench.errors import UserError
+
+if TYPE_CHECKING:  # MetaSchedule is imported when a database is opened, not by every config load
+    from tvm.s_tir import meta_schedule as ms
 
 WORKLOADS_FILE = "database_workload.json"
 RECORDS_FILE = "database_tuning_record.json"
@@ -141,3 +145,13 @@ def open_database(path: Path, create: bool):
     for name in (WORKLOADS_FILE, RECORDS_FILE):
         _drop_torn_lines(path / name)
     return ms.database.JSONDatabase(work_dir=str(path))
+
+
+def drop_records(path: Path, records: list[ms.database.TuningRecord]) -> ms.database.JSONDatabase:
+    """Rewrite the database folder's records file without `records` (each matched by its trace and run times; JSON
+    databases have no delete) and open it again."""
+    dropped = [record.as_json()[:2] for record in records]
+    records_file = path / RECORDS_FILE
+    kept = [line for line in records_file.read_text().splitlines() if json.loads(line)[1][:2] not in dropped]
+    atomic_write_text(records_file, "".join(line + "\n" for line in kept))
+    return open_database(path, create=False)

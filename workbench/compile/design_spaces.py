@@ -12,21 +12,24 @@ and the workbench's own schedule as its first candidate.
 - A kernel another database (another model's, compile/schedule_sources.py) has a record for is measured first with
   that schedule, so the search starts from the best schedule known for it anywhere; a kernel none has is measured
   first with the best schedule of the same op at the closest other shapes there or among the model's kernels
-  tuned before it, its tiles refit (compile/similar_workloads.py).
+  tuned before it, its tiles refit (compile/similar_workloads.py). Either is offered only where its trace fits
+  the search (compile/trace_fit.py): one that would break it is skipped with the reason logged.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.similar_workloads import similar_schedule
+from workbench.compile.trace_fit import misfit, mutators
 from workbench.kernels.default_schedule import default_schedule
 from workbench.kernels.packed_conv import int8_kind
 
@@ -172,16 +175,40 @@ def postprocs(task: ms.ExtractedTask) -> list[ms.postproc.Postproc]:
     return list(tune_context(task, 1, "replay-trace").space_generator.postprocs)
 
 
+def search_mutators(task: ms.ExtractedTask) -> list[ms.mutator.Mutator]:
+    """The mutators the task's search applies to the traces it evolves (its design space's, for its target)."""
+    return mutators(tune_context(task, 1, "replay-trace"))
+
+
+Found = tuple[str, tvm.s_tir.Schedule]  # a first candidate and where it came from
+
+
+def _fitting(task: ms.ExtractedTask, found: Found | None, search: Callable[[], ms.TuneContext]) -> Found | None:
+    """`found` where its trace fits the task's search (compile/trace_fit.py); None, with the reason logged, where
+    it would break it."""
+    if found is None:
+        return None
+    reason = misfit(task.dispatched[0], found[1].trace, mutators(search()))
+    if reason is None:
+        return found
+    logging.getLogger("workbench.tuning").warning("%s: the schedule from %s is not offered: %s", task.task_name,
+                                                  found[0], reason)
+    return None
+
+
 def measure_shared_schedule(task: ms.ExtractedTask, target: tvm.target.Target, database: ms.database.Database,
                             builder: ms.builder.Builder, runner: ms.runner.Runner,
                             shared: list[SharedDatabase]) -> str | None:
     """Measure here the schedule another model's database holds for this kernel (same workload: the same TIR), else
     the adapted schedule of a similar kernel (same op, other shapes) there or in `database` itself (a kernel of
     this model tuned before this one), and commit it as a record of the task, so its search starts from what was
-    found there (measured on this machine, not trusted from elsewhere). Where it came from (the database's name,
-    or `a similar kernel (...) in <name>`), or None (none has one, or it failed)."""
-    found = (shared_schedule(task, target, shared)
-             or similar_schedule(task, [*shared, (TUNED_DATABASE, database)], lambda: postprocs(task)))
+    found there (measured on this machine, not trusted from elsewhere); either only where it fits the search.
+    Where it came from (the database's name, or `a similar kernel (...) in <name>`), or None (none has one, it
+    would break the search, or it failed)."""
+    search = functools.cache(lambda: tune_context(task, 1, "replay-trace"))  # made once, and only for a candidate
+    found = (_fitting(task, shared_schedule(task, target, shared), search)
+             or _fitting(task, similar_schedule(task, [*shared, (TUNED_DATABASE, database)],
+                                                lambda: list(search().space_generator.postprocs)), search))
     if found is None:
         return None
     name, schedule = found

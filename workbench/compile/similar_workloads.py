@@ -5,8 +5,9 @@ with another input size or channel count has none. But a schedule's trace is mos
 blocks are tiled, cached, parallelized, vectorized, unrolled); only its tile sizes are tied to loop extents. So a
 workload whose TIR equals the new one's up to its integer literals and buffer names (its `skeleton`: the same op,
 other shapes) lends its best record's trace, replayed on the new kernel with every `SamplePerfectTile` decision
-turned into a perfect tiling of the new loop's extent and the task's postprocessors run again, as MetaSchedule's
-search does for a database trace. The caller measures it before committing it; nothing here writes a database.
+turned into a perfect tiling of the new loop's extent and the task's postprocessors run again in the trace's
+postprocessing section, as MetaSchedule's search does for a database trace (the caller checks that it fits the
+search: compile/trace_fit.py). The caller measures it before committing it; nothing here writes a database.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def adapt(trace: tvm.s_tir.Trace, mod: tvm.IRModule, postprocs: list[ms.postproc
     sch = tvm.s_tir.Schedule(mod)
     try:
         trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=_retile(sch))
+        sch.enter_postproc()  # what the postprocessors add stays in the section the search replays them into
         if all(post.apply(sch) for post in postprocs):
             return sch
     except Exception as error:  # noqa: BLE001 - TVM raises ScheduleError, InternalError, ...: any means "does not fit"

@@ -47,6 +47,7 @@ class TaskResult:
     rejected: int = 0  # best records dropped for computing wrong outputs (compile/verify.py)
     seeded_from: str | None = None  # the database whose schedule for it (or a similar kernel's) was measured first
     profiled_us: float | None = None  # its kernels' time in the build profiled before tuning (stages/hot_kernels.py)
+    failed: str | None = None  # why MetaSchedule's search of it stopped with an error (the other tasks go on)
 
     @property
     def trials(self) -> int:
@@ -58,13 +59,14 @@ class TaskResult:
         dropped."""
         return (["search space used up"] if self.exhausted else []) + (
             [f"{self.rejected} wrong schedule(s) dropped"] if self.rejected else []) + (
-            [f"started from {self.seeded_from}'s schedule"] if self.seeded_from else [])
+            [f"started from {self.seeded_from}'s schedule"] if self.seeded_from else []) + (
+            [f"search failed: {self.failed}"] if self.failed else [])
 
     def as_dict(self) -> dict:
         return {"name": self.name, "weight": self.weight, "budget": self.budget, "trials_before": self.trials_before,
                 "trials_run": self.trials_run, "exhausted": self.exhausted, "best_us": self.best_us,
                 "rejected": self.rejected, "seeded_from": self.seeded_from,
-                "profiled_us": self.profiled_us}
+                "profiled_us": self.profiled_us, "failed": self.failed}
 
 
 def tuning_target(target: tvm.target.Target) -> tvm.target.Target:
@@ -107,7 +109,7 @@ def _workload_key(task_mod: tvm.IRModule) -> str:
     return ms.utils.shash2hex(task_mod)
 
 
-def _records(database: ms.database.Database, task_mod: tvm.IRModule) -> list[ms.database.TuningRecord]:
+def task_records(database: ms.database.Database, task_mod: tvm.IRModule) -> list[ms.database.TuningRecord]:
     """Every record (measured, failed or not) the database holds for this task's workload."""
     if not database.has_workload(task_mod):
         return []
@@ -124,12 +126,12 @@ def _seconds(record: ms.database.TuningRecord) -> float | None:
 
 
 def trials_done(database: ms.database.Database, task_mod: tvm.IRModule) -> int:
-    return len(_records(database, task_mod))
+    return len(task_records(database, task_mod))
 
 
 def best_latency_us(database: ms.database.Database, task_mod: tvm.IRModule) -> float | None:
     """The fastest measured schedule of this task, in microseconds (None when nothing ran successfully)."""
-    times = [s for s in map(_seconds, _records(database, task_mod)) if s is not None]
+    times = [s for s in map(_seconds, task_records(database, task_mod)) if s is not None]
     return min(times) * 1e6 if times else None
 
 

@@ -25,28 +25,32 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
-from workbench.compile.databases import open_database
+from workbench.compile.databases import drop_records, open_database
 from workbench.compile.design_spaces import (SharedDatabase, measure_default_schedule, measure_shared_schedule,
-                                             tune_context)
+                                             search_mutators, tune_context)
 from workbench.compile.interrupts import Interrupts
 from workbench.compile.targets import runs_here
-from workbench.compile.tasks import TaskResult, best_latency_us, mark_exhausted, plan, tuning_target
-from workbench.compile.tuning_clock import OutOfTime, TuningClock
+from workbench.compile.tasks import TaskResult, best_latency_us, mark_exhausted, plan, task_records, tuning_target
+from workbench.compile.trace_fit import misfit
+from workbench.compile.tuning_clock import TuningClock
 from workbench.compile.verify import Reference, reject_wrong_best, untuned_reference
 from workbench.compile.warm_model import new_model, warm_cost_model
 from workbench.config import TuningConfig
-from workbench.errors import UserError
+from workbench.errors import UserError, one_line
 from workbench.runtime.rpc import check_tracker
 from workbench.runtime.threads import target_threads, use_tvm_threads
 
 MS_LOGGER = "tvm.s_tir.meta_schedule"
 LOG_NAME_BYTES = 200  # a task's log file name, at most: file systems take 255, a fused kernel's name runs to 1000s
 POPULATION_SIZE = 128
+log = logging.getLogger("workbench.tuning")
+T = TypeVar("T")
 
 
 def workbench_build(mod: tvm.IRModule, target: tvm.target.Target, _params: dict | None) -> tvm.runtime.Module:
@@ -149,17 +153,23 @@ def task_loggers(log_dir: Path, task_names: list[str]) -> Iterator[list[logging.
             handler.close()
 
 
-def _contexts(tasks: list[ms.ExtractedTask], loggers: list[logging.Logger], num_cores: int,
-              seed: int) -> list[ms.TuneContext]:
-    """One TuneContext per task, like `extracted_tasks_to_tune_contexts` but with our search population."""
-    return [tune_context(task, num_cores, ms.search_strategy.EvolutionarySearch(population_size=POPULATION_SIZE),
-                         logger, rand_state)
-            for task, logger, rand_state in zip(tasks, loggers, ms.utils.fork_seed(seed, n=len(tasks)))]
+def _context(task: ms.ExtractedTask, logger: logging.Logger, num_cores: int, rand_state: int) -> ms.TuneContext:
+    """A task's TuneContext, like `extracted_tasks_to_tune_contexts` makes them but with our search population."""
+    return tune_context(task, num_cores, ms.search_strategy.EvolutionarySearch(population_size=POPULATION_SIZE),
+                        logger, rand_state)
+
+
+def _misfits(task: ms.ExtractedTask, database: ms.database.Database) -> list[tuple[ms.database.TuningRecord, str]]:
+    """The task's records whose traces would break its search (compile/trace_fit.py), each with the reason."""
+    mod, search = task.dispatched[0], search_mutators(task)
+    found = [(record, misfit(mod, record.trace, search)) for record in task_records(database, mod)]
+    return [(record, reason) for record, reason in found if reason is not None]
 
 
 def hottest(results: list[TaskResult]) -> int | None:
     """The task that holds the most time now (best µs x uses) and can still be searched, if any."""
-    measured = [(r.best_us * r.weight, i) for i, r in enumerate(results) if r.best_us and not r.exhausted]
+    measured = [(r.best_us * r.weight, i) for i, r in enumerate(results)
+                if r.best_us and not r.exhausted and not r.failed]
     return max(measured)[1] if measured else None
 
 
@@ -201,13 +211,14 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
     report = progress or (lambda _result: None)
     interrupts = Interrupts()
     with task_loggers(log_dir, [t.task_name for t in tasks]) as loggers:
-        contexts = _contexts(tasks, loggers, num_cores, config.seed)
+        rand_states = ms.utils.fork_seed(config.seed, n=2 * len(tasks))  # the second half: a failed search's rerun
+        contexts = [_context(task, logger, num_cores, rand_state)
+                    for task, logger, rand_state in zip(tasks, loggers, rand_states)]
 
-        def tune_one(index: int, want: int) -> None:
-            """Up to `want` more trials of task `index`; a search that finds nothing new marks it exhausted.
-            Once the clock's minutes are spent it stops after the round just measured (kept in the database)."""
+        def search(index: int, want: int) -> None:
+            """One MetaSchedule run of up to `want` trials of task `index`; once the clock's minutes are spent it
+            stops after the round just measured (kept in the database)."""
             task, result = tasks[index], results[index]
-            before = result.trials_run
 
             def measured(count: int) -> None:
                 result.trials_run += count
@@ -216,21 +227,49 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
                 interrupts.check()
                 clock.check()
 
-            try:
-                with interrupts.handled():
-                    ms.tune.tune_tasks(
-                        tasks=[contexts[index]], task_weights=[float(task.weight)], work_dir=str(log_dir),
-                        max_trials_global=want, max_trials_per_task=want,
-                        num_trials_per_iter=min(config.trials_per_iter, want),
-                        builder=builder, runner=runner, database=database, cost_model=cost_model,
-                        measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
-                                           _ProgressCallback(measured)],
-                        task_scheduler="round-robin",
-                    )
-            except (OutOfTime, RuntimeError):  # the FFI may hand OutOfTime back as a RuntimeError
-                if clock.stopped != "minutes":
-                    raise
-                return
+            with interrupts.handled():
+                ms.tune.tune_tasks(
+                    tasks=[contexts[index]], task_weights=[float(task.weight)], work_dir=str(log_dir),
+                    max_trials_global=want, max_trials_per_task=want,
+                    num_trials_per_iter=min(config.trials_per_iter, want),
+                    builder=builder, runner=runner, database=database, cost_model=cost_model,
+                    measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
+                                       _ProgressCallback(measured)],
+                    task_scheduler="round-robin",
+                )
+
+        def drop_misfits(index: int) -> int:
+            """Take the task's records that would break its search out of the database (logged); how many."""
+            nonlocal database
+            misfits = _misfits(tasks[index], database)
+            for _record, reason in misfits:
+                log.warning("%s: a record that breaks its search is dropped from the database: %s",
+                            tasks[index].task_name, reason)
+            if misfits:
+                database = drop_records(database_dir, [record for record, _reason in misfits])
+            return len(misfits)
+
+        def tune_one(index: int, want: int) -> None:
+            """Up to `want` more trials of task `index`; a search that finds nothing new marks it exhausted.
+
+            A search that stops with an error (MetaSchedule's C++ search ends on a trace it cannot replay) costs
+            that task, never the run: the task's records that would break a search are dropped and it searches
+            once more from a new context (the failed one keeps its search's state); a second error, or one no
+            record explains, marks the task failed with the reason, and tuning goes on with the next."""
+            task, result = tasks[index], results[index]
+            before = result.trials_run
+            for attempt in (1, 2):
+                try:
+                    search(index, want - (result.trials_run - before))
+                    break
+                except Exception as error:  # noqa: BLE001 - see the docstring; OutOfTime may come back as RuntimeError
+                    if clock.stopped == "minutes":
+                        return
+                    contexts[index] = _context(task, loggers[index], num_cores, rand_states[len(tasks) + index])
+                    if attempt == 2 or not drop_misfits(index):
+                        result.failed = one_line(error)
+                        log.warning("%s: its search failed and is skipped: %s", task.task_name, result.failed)
+                        return
             if result.trials_run - before < want:  # the search found nothing new to measure: the space is used up
                 result.exhausted = True
                 mark_exhausted(database_dir, task)
@@ -240,13 +279,23 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
             similar kernel's there or among the tasks tuned before it), then its default schedule; how many were
             measured."""
             task, result = tasks[index], results[index]
-            seeded = measure_shared_schedule(task, target, database, builder, runner, shared or [])
+            seeded = offered(lambda: measure_shared_schedule(task, target, database, builder, runner, shared or []),
+                             task, "a shared or similar schedule")
             result.seeded_from = seeded
             count = int(seeded is not None)
-            if count < want and measure_default_schedule(task, target, database, builder, runner):
+            if count < want and offered(lambda: measure_default_schedule(task, target, database, builder, runner),
+                                        task, "the default schedule"):
                 count += 1
             result.trials_run += count
             return count
+
+        def offered(seed: Callable[[], T], task: ms.ExtractedTask, what: str) -> T | None:
+            """A first record's outcome, or None where offering it raised: a bad seed costs itself (logged)."""
+            try:
+                return seed()
+            except Exception as error:  # noqa: BLE001 - TVM raises ScheduleError, InternalError, ...
+                log.warning("%s: %s was not offered: %s", task.task_name, what, one_line(error))
+                return None
 
         references: dict[int, Reference] = {}  # computed once per task: hot rounds check the same task again
 

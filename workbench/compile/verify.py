@@ -11,7 +11,6 @@ machine (an llvm target with the local runner): a CUDA or RPC-measured record ca
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import tvm
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
-from workbench.compile.databases import RECORDS_FILE
+from workbench.compile.databases import drop_records
 from workbench.kernels.default_schedule import default_schedule
 
 log = logging.getLogger("workbench.tuning")
@@ -136,14 +135,6 @@ def agrees(got: list[np.ndarray], want: list[np.ndarray]) -> bool:
     return all(_close(g, w) for g, w in zip(got, want))
 
 
-def _drop_record(database_dir: Path, record: ms.database.TuningRecord) -> None:
-    """Rewrite the records file without `record` (matched by its trace and run times)."""
-    trace, run_secs = record.as_json()[:2]
-    path = database_dir / RECORDS_FILE
-    kept = [line for line in path.read_text().splitlines() if json.loads(line)[1][:2] != [trace, run_secs]]
-    path.write_text("".join(line + "\n" for line in kept))
-
-
 Reference = tuple[list[np.ndarray], list[np.ndarray]]  # (seeded arguments, the untuned kernel's buffers after)
 
 
@@ -172,7 +163,6 @@ def reject_wrong_best(task: ms.ExtractedTask, target: tvm.target.Target, databas
             break
         log.warning("%s: the best tuned schedule (%.1f us) computes wrong outputs; dropped from the database",
                     task.task_name, float(best[0].run_secs[0]) * 1e6)
-        _drop_record(database_dir, best[0])
-        database = ms.database.JSONDatabase(work_dir=str(database_dir))
+        database = drop_records(database_dir, [best[0]])
         dropped += 1
     return database, dropped

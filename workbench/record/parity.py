@@ -21,6 +21,9 @@ from workbench.record.report import number_text, save_png
 from workbench.record.results_page import Machine, write_results_page
 
 
+CHECKPOINT_PASSED = "checkpoint passed"  # a point's note where the previous step's last round ran past its checkpoint
+
+
 @dataclass(frozen=True)
 class ParityPoint:
     """One model after `minutes` of tuning (cumulative, up to `checkpoint`), timed beside the baseline in one
@@ -32,7 +35,12 @@ class ParityPoint:
     trials: int  # measured trials so far
     workbench_ms: float | None
     baseline_ms: float | None
-    note: str = ""  # why a figure is missing
+    note: str = ""  # why a figure is missing or may be off, or that the checkpoint was passed (CHECKPOINT_PASSED)
+
+    @property
+    def failed(self) -> bool:
+        """Did something go wrong at this point (a passed checkpoint is a measurement like any other)?"""
+        return bool(self.note) and not self.note.startswith(CHECKPOINT_PASSED)
 
     @property
     def ratio(self) -> float | None:

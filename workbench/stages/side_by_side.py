@@ -21,7 +21,7 @@ import onnx
 from workbench.compile.targets import GENERIC_CPU
 from workbench.config import Experiment
 from workbench.config.baselines import WORKBENCH_LABEL
-from workbench.errors import BaselineUnavailable, UserError
+from workbench.errors import one_line
 from workbench.measure.iree import iree_runner
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
 from workbench.measure.timing import interleaved_medians
@@ -32,15 +32,6 @@ from workbench.stages import build, optimize, prepare
 
 REFERENCE = "ort_none"
 COMPARED = ("ort_all", "iree")  # the baselines this bench can time beside the workbench build
-REASON_CHARS = 200
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception as one short line: its first non-empty message line, with its type unless it is ours."""
-    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-    ours = isinstance(exc, (UserError, BaselineUnavailable))
-    reason = text if ours and text else f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 3] + "..."
 
 
 class StageFailed(Exception):

@@ -29,10 +29,10 @@ from workbench.compile.tasks import TaskResult, extract_tasks, tuning_module
 from workbench.compile.tune import tune_tasks
 from workbench.compile.tuning_clock import TuningClock
 from workbench.config import Experiment, TuningConfig
+from workbench.errors import one_line
 from workbench.runtime.heartbeat import EVERY_S, heartbeat
 from workbench.stages import optimize, prepare
 from workbench.stages.hot_kernels import can_profile, hottest_first, profile_build, task_times
-from workbench.stages.side_by_side import one_line
 
 
 def tuning_config(experiment: Experiment) -> TuningConfig:
