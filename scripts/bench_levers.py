@@ -152,7 +152,7 @@ def main() -> None:
                 variant_experiment(config, variant, ROOT, True, console)
         return
     base = load_experiment(config)
-    model = canonical_model(base.model, ROOT)
+    model = canonical_model(base.model, ROOT).model
     inputs = make_inputs(model, base.model, base.seed, ROOT)
     runners: dict[str, Runner] = {"ort_all": ort_runner("ort_all", model, inputs)}
     notes: dict[str, str] = {"ort_all": "ONNX Runtime, ORT_ENABLE_ALL"}

@@ -27,7 +27,7 @@ def zoo_relax():
             dtypes = {v.name: onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name
                       for v in raw.graph.input}
             specs = {k: InputSpec(tuple(v), dtypes[k]) for k, v in zoo.default_inputs(name).items()}
-            model = canonicalize(raw, specs)
+            model = canonicalize(raw, specs).model
             cache[name] = (model, import_to_relax(model))
         return cache[name]
 

@@ -81,7 +81,7 @@ def _relu_model(inputs: list[tuple[str, list]]) -> onnx.ModelProto:
 
 def test_reshape_chain_is_folded_and_matches_ort_and_tvm():
     model = _reshape_chain_model()
-    canonical = canonicalize(model, {"x": InputSpec((2, 3, 4, 4))})
+    canonical = canonicalize(model, {"x": InputSpec((2, 3, 4, 4))}).model
 
     assert _op_counts(canonical) == Counter({"Reshape": 1, "MatMul": 1})
     assert _op_counts(model)["Shape"] == 1, "the input model must not be modified"
@@ -118,7 +118,7 @@ def test_big_constant_computations_are_left_alone():
         ],
     )
     model = helper.make_model(graph, opset_imports=OPSET)
-    canonical = canonicalize(model, {"x": InputSpec((1, 64))})
+    canonical = canonicalize(model, {"x": InputSpec((1, 64))}).model
 
     assert [node.name for node in canonical.graph.node] == ["transpose_w", "matmul", "scale"]
     folded = {init.name: numpy_helper.to_array(init) for init in canonical.graph.initializer}
@@ -137,13 +137,13 @@ def test_initializers_listed_as_inputs_are_not_inputs():
         [numpy_helper.from_array(np.arange(4, dtype=np.float32), "b")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)], ir_version=3)
-    canonical = canonicalize(model, {"x": InputSpec((3, 4))})
+    canonical = canonicalize(model, {"x": InputSpec((3, 4))}).model
 
     assert [value.name for value in canonical.graph.input] == ["x"]
     x = np.ones((3, 4), dtype=np.float32)
     np.testing.assert_array_equal(_ort_run(canonical, {"x": x})[0], x + np.arange(4, dtype=np.float32))
     with pytest.raises(UserError, match=r"'b' is a weight, not an input"):
-        canonicalize(model, {"x": InputSpec((3, 4)), "b": InputSpec((4,))})
+        canonicalize(model, {"x": InputSpec((3, 4)), "b": InputSpec((4,))}).model
 
 
 # --- input spec errors -----------------------------------------------------------------------
@@ -152,7 +152,7 @@ def test_initializers_listed_as_inputs_are_not_inputs():
 def test_unknown_input_lists_inputs_and_suggests():
     model = _relu_model([("images", ["N", 3, 8, 8])])
     with pytest.raises(UserError) as err:
-        canonicalize(model, {"image": InputSpec((1, 3, 8, 8))})
+        canonicalize(model, {"image": InputSpec((1, 3, 8, 8))}).model
     message = str(err.value)
     assert "'image'" in message and "['images']" in message and "did you mean 'images'?" in message
 
@@ -160,7 +160,7 @@ def test_unknown_input_lists_inputs_and_suggests():
 def test_rank_mismatch_shows_declared_symbolic_shape():
     model = _relu_model([("x", ["batch", 3, "height", "width"])])
     with pytest.raises(UserError) as err:
-        canonicalize(model, {"x": InputSpec((1, 3, 8))})
+        canonicalize(model, {"x": InputSpec((1, 3, 8))}).model
     message = str(err.value)
     assert "model.inputs.x" in message and "rank 3" in message
     assert "[batch, 3, height, width] (rank 4)" in message
@@ -169,24 +169,24 @@ def test_rank_mismatch_shows_declared_symbolic_shape():
 def test_non_positive_dim():
     model = _relu_model([("x", ["N", 3, 8, 8])])
     with pytest.raises(UserError, match=r"model\.inputs\.x\.shape \[1, 3, 0, 8\].*positive, got 0"):
-        canonicalize(model, {"x": InputSpec((1, 3, 0, 8))})
+        canonicalize(model, {"x": InputSpec((1, 3, 0, 8))}).model
 
 
 def test_input_without_spec_must_be_static():
     model = _relu_model([("x", ["N", 4]), ("mask", ["M", 4])])
     with pytest.raises(UserError) as err:
-        canonicalize(model, {"x": InputSpec((2, 4))})
+        canonicalize(model, {"x": InputSpec((2, 4))}).model
     message = str(err.value)
     assert "'mask'" in message and "[M, 4]" in message and "model.inputs.mask" in message
     # A static input needs no spec.
     static = _relu_model([("x", ["N", 4]), ("mask", [2, 4])])
-    assert [d.dim_value for d in canonicalize(static, {"x": InputSpec((2, 4))}).graph.input[0].type.tensor_type.shape.dim] == [2, 4]
+    assert [d.dim_value for d in canonicalize(static, {"x": InputSpec((2, 4))}).model.graph.input[0].type.tensor_type.shape.dim] == [2, 4]
 
 
 def test_fixed_dim_conflict():
     model = _relu_model([("x", ["N", 3, 8, 8])])
     with pytest.raises(UserError) as err:
-        canonicalize(model, {"x": InputSpec((1, 4, 8, 8))})
+        canonicalize(model, {"x": InputSpec((1, 4, 8, 8))}).model
     message = str(err.value)
     assert "model.inputs.x" in message and "dim 1 is 4" in message and "fixes it to 3" in message
 
@@ -194,7 +194,7 @@ def test_fixed_dim_conflict():
 def test_dtype_mismatch():
     model = _relu_model([("x", ["N", 4])])
     with pytest.raises(UserError, match=r"model\.inputs\.x\.dtype: the model declares float32, the config says int64"):
-        canonicalize(model, {"x": InputSpec((2, 4), "int64")})
+        canonicalize(model, {"x": InputSpec((2, 4), "int64")}).model
 
 
 def test_checker_failure_is_a_user_error():
@@ -206,7 +206,7 @@ def test_checker_failure_is_a_user_error():
     )
     model = helper.make_model(graph, opset_imports=OPSET)
     with pytest.raises(UserError, match=r"fails the ONNX checker.*undefined_tensor"):
-        canonicalize(model, {})
+        canonicalize(model, {}).model
 
 
 def _stamped(opset: int, domain: str = "") -> onnx.ModelProto:
@@ -236,15 +236,15 @@ def test_supported_opset_is_the_newest_both_onnx_and_onnxruntime_take():
 @pytest.mark.parametrize("domain", ["", "ai.onnx"])
 def test_a_newer_opset_than_supported_is_refused_up_front(domain):
     limit = supported_opset()
-    assert canonicalize(_stamped(limit, domain), {}).graph.node[0].op_type == "Relu"
+    assert canonicalize(_stamped(limit, domain), {}).model.graph.node[0].op_type == "Relu"
     with pytest.raises(UserError, match=rf"the model imports ONNX opset 99, but the highest supported here is "
                                         rf"{limit} \(onnx .* knows up to \d+, onnxruntime .* runs up to \d+\); "
                                         rf"export the model at opset {limit} or lower"):
-        canonicalize(_stamped(99, domain), {})
+        canonicalize(_stamped(99, domain), {}).model
 
 
 def test_other_domains_opsets_are_not_checked():
-    assert canonicalize(_stamped(99, "com.microsoft"), {}).opset_import
+    assert canonicalize(_stamped(99, "com.microsoft"), {}).model.opset_import
 
 
 # --- import errors ---------------------------------------------------------------------------
@@ -261,7 +261,7 @@ def test_unsupported_op_names_op_and_node():
         [numpy_helper.from_array(np.zeros((1, hidden, 3), np.float32), "w"),
          numpy_helper.from_array(np.zeros((1, hidden, hidden), np.float32), "r")],
     )
-    model = canonicalize(helper.make_model(graph, opset_imports=OPSET), {})
+    model = canonicalize(helper.make_model(graph, opset_imports=OPSET), {}).model
     with pytest.raises(UserError, match=r"does not support these op types: RNN \(first at node 'encoder_rnn'\)"):
         import_to_relax(model)
 
@@ -275,7 +275,7 @@ def test_frontend_failure_names_the_node():
          helper.make_tensor_value_info("target", TensorProto.INT64, [2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])],
     )
-    model = canonicalize(helper.make_model(graph, opset_imports=OPSET), {})
+    model = canonicalize(helper.make_model(graph, opset_imports=OPSET), {}).model
     with pytest.raises(UserError, match=r"could not import the model to Relax: node 'reshape_by_input' \(Reshape\): "):
         import_to_relax(model)
 
@@ -296,7 +296,7 @@ def test_rapidocr_model_imports_and_matches_ort(member, shape):
     model = onnx.load(fetch_pkg_file(RAPIDOCR + member))
     weights = {init.name for init in model.graph.initializer}
     (input_name,) = [value.name for value in model.graph.input if value.name not in weights]
-    canonical = canonicalize(model, {input_name: InputSpec(shape)})
+    canonical = canonicalize(model, {input_name: InputSpec(shape)}).model
 
     # paddle2onnx computes every Reshape target from Shape; all of them fold once the input is static.
     assert _op_counts(canonical)["Shape"] == 0

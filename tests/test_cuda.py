@@ -77,7 +77,7 @@ def test_rapidocr_det_builds_for_sm90_and_fusion_launches_fewer_kernels(sm90, tm
     from workbench.models.canonicalize import InputSpec, canonicalize
     from workbench.models.importer import import_to_relax
 
-    model = canonicalize(resolve_source(DET, Path.cwd(), None), {"x": InputSpec((1, 3, 640, 640))})
+    model = canonicalize(resolve_source(DET, Path.cwd(), None), {"x": InputSpec((1, 3, 640, 640))}).model
     started = time.perf_counter()
     unoptimized, fused = _reports(import_to_relax(model), sm90, tmp_path)
     _check_files_and_fusion(unoptimized, fused, tmp_path)

@@ -207,7 +207,7 @@ def test_quantization_error_figures():
 @pytest.mark.slow
 def test_quantize_rapidocr_cls(llvm):
     specs = {"x": InputSpec((1, 3, 48, 192))}
-    mod = import_to_relax(canonicalize(resolve_source(RAPIDOCR_CLS, Path.cwd()), specs))
+    mod = import_to_relax(canonicalize(resolve_source(RAPIDOCR_CLS, Path.cwd()), specs).model)
     inputs = eval_inputs({"x": [1, 3, 48, 192]})
     ref = infer(mod, inputs, llvm)
     out, records = run_pipeline(mod, parse_text("quantize(calibration=percentile)"), llvm)
@@ -225,7 +225,7 @@ def test_fp16_builds_and_runs_on_rapidocr_det():
     from workbench.measure.runners import ort_runner
 
     shape = (1, 3, 320, 320)  # a smaller frame than the config's 640×640: the same kernels, a quarter of the work
-    canonical = canonicalize(resolve_source(RAPIDOCR_DET, Path.cwd()), {"x": InputSpec(shape)})
+    canonical = canonicalize(resolve_source(RAPIDOCR_DET, Path.cwd()), {"x": InputSpec(shape)}).model
     host = make_target(TargetConfig())
     out, _ = run_pipeline(import_to_relax(canonical), parse_text("fold_constant,fp16,fuse,dce"), host, stats=False)
     page = np.ones(shape, np.float32)  # white, normalized as rapidocr does: on noise det's map is all ~0

@@ -269,7 +269,7 @@ def test_lstm_inside_an_if_branch_is_expanded():
 
 def test_canonicalize_expands_recurrent_nodes():
     model, _ = _recurrent_model("GRU")
-    ops = {node.op_type for node in canonicalize(model, {}).graph.node}
+    ops = {node.op_type for node in canonicalize(model, {}).model.graph.node}
     assert "GRU" not in ops and "MatMul" in ops
 
 
@@ -289,7 +289,7 @@ def test_canonicalize_expands_recurrent_nodes():
 def test_tvm_build_matches_onnxruntime(op, kwargs):
     model, feeds = _recurrent_model(op, **kwargs)
     specs = {name: InputSpec(value.shape) for name, value in feeds.items()}
-    actual = _tvm_run(canonicalize(model, specs), feeds)
+    actual = _tvm_run(canonicalize(model, specs).model, feeds)
     expected = _reference(op, **kwargs)
     assert len(actual) == len(expected)
     for got, want in zip(actual, expected):
@@ -304,7 +304,7 @@ def test_silero_vad_builds_with_tvm_and_matches_onnxruntime():
     rng = np.random.default_rng(0)
     feeds = {"input": rng.uniform(-0.5, 0.5, (1, 576)).astype(np.float32),
              "state": rng.uniform(-0.5, 0.5, (2, 1, 128)).astype(np.float32)}
-    canonical = canonicalize(model, {name: InputSpec(value.shape) for name, value in feeds.items()})
+    canonical = canonicalize(model, {name: InputSpec(value.shape) for name, value in feeds.items()}).model
     assert not {node.op_type for node in canonical.graph.node} & {"LSTM", "GRU"}
     actual = _tvm_run(canonical, feeds)
     expected = _ort_run(model, feeds)

@@ -266,6 +266,10 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         with step(console, f"Loading {experiment.model.source} and importing it to Relax"):
             prepared = prepare(experiment, base_dir, target)
     canonical, inputs, imported = prepared.canonical, prepared.inputs, prepared.imported
+    result.canonicalize = prepared.folding.as_dict()
+    if prepared.folding.unfolded:
+        console.print(f"[yellow]![/] {len(prepared.folding.unfolded)} shape node(s) could not be folded (they stay "
+                      f"computed; result.json lists them), the first: {prepared.folding.unfolded[0]}")
     atomic_write_bytes(out_dir / "model.canonical.onnx", canonical.SerializeToString())
     np.savez(out_dir / "inputs.npz", **inputs)
     result.model["inputs"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in inputs.items()}

@@ -13,14 +13,14 @@ from __future__ import annotations
 import difflib
 import functools
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from workbench.errors import UserError
+from workbench.errors import UserError, one_line
 from workbench.models.recurrent import expand_recurrent
 
 # Larger constant results are weights or activations, not shape arithmetic: never fold them.
@@ -44,7 +44,39 @@ class InputSpec:
     dtype: str = "float32"  # numpy dtype name
 
 
-def canonicalize(model: onnx.ModelProto, inputs: dict[str, InputSpec]) -> onnx.ModelProto:
+@dataclass(frozen=True)
+class Unfolded:
+    """A node whose inputs were all known but which the reference evaluator could not run: it stays computed."""
+
+    node: str  # its name (or `<its first output>` where it has none)
+    op: str
+    opset: int  # the model's opset for the op's domain: the version it was evaluated at
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.node} ({self.op}, opset {self.opset}): {self.reason}"
+
+
+@dataclass(frozen=True)
+class FoldReport:
+    """What folding the shape computations did: how many nodes became constants, and which could not."""
+
+    folded: int = 0
+    unfolded: tuple[Unfolded, ...] = ()
+
+    def as_dict(self) -> dict:
+        return {"folded": self.folded, "unfolded": [asdict(node) for node in self.unfolded]}
+
+
+@dataclass(frozen=True)
+class Canonical:
+    """The canonical model (static, checked, shape-folded, recurrences unrolled) and what its folding did."""
+
+    model: onnx.ModelProto
+    folding: FoldReport
+
+
+def canonicalize(model: onnx.ModelProto, inputs: dict[str, InputSpec]) -> Canonical:
     """Check the opset, freeze input shapes, run the ONNX checker, fold shape-computing subgraphs, unroll
     LSTM/GRU nodes.
 
@@ -61,9 +93,15 @@ def canonicalize(model: onnx.ModelProto, inputs: dict[str, InputSpec]) -> onnx.M
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0]
         raise UserError(f"the model fails the ONNX checker: {first}") from exc
-    _fold_shape_computations(out)
-    out = expand_recurrent(out)
-    return out
+    folding = _fold_shape_computations(out)
+    try:
+        out = expand_recurrent(out)
+    except UserError as exc:  # a shape left computed is the usual cause: say which nodes could not be folded
+        if not folding.unfolded:
+            raise
+        raise UserError(f"{exc}; {len(folding.unfolded)} shape node(s) could not be folded, the first: "
+                        f"{folding.unfolded[0]}") from exc
+    return Canonical(out, folding)
 
 
 # --- the opset ------------------------------------------------------------------------------
@@ -218,22 +256,31 @@ def _freeze_input(value: onnx.ValueInfoProto, spec: InputSpec) -> None:
 # --- folding shape computations --------------------------------------------------------------
 
 
-def _fold_shape_computations(model: onnx.ModelProto) -> None:
-    """Fold until nothing changes, drop what became dead, and re-infer all shapes.
+def _fold_shape_computations(model: onnx.ModelProto) -> FoldReport:
+    """Fold until nothing changes, drop what became dead, and re-infer all shapes; what was folded and what could
+    not be (nodes still in the graph whose evaluation failed).
 
     Shape inference is re-run between passes: a value folded in one pass can make the output
     shape of a later node (say a ConstantOfShape) known, and that size decides the next fold.
     """
-    opsets = {opset.domain or "": opset.version for opset in model.opset_import}
-    while _fold_pass(model.graph, _static_shapes(_inferred(model).graph), opsets):
-        pass
+    failures: dict[str, Unfolded] = {}
+    folded = 0
+    while count := _fold_pass(model.graph, _static_shapes(_inferred(model).graph), model.opset_import, failures):
+        folded += count
     _remove_dead(model.graph)
+    remaining = {_node_name(node) for node in model.graph.node}
     # Inference replaces symbolic output dims but keeps paddle2onnx's -1 (e.g. [-1, 2]): unset those.
     for value in model.graph.output:
         for dim in value.type.tensor_type.shape.dim:
             if not _is_static(dim):
                 dim.Clear()
     model.CopyFrom(_inferred(model))
+    return FoldReport(folded, tuple(failure for name, failure in failures.items() if name in remaining))
+
+
+def _node_name(node: onnx.NodeProto) -> str:
+    """The node's name, or (exporters leave some unnamed) its first output's, which stays the same as nodes fold."""
+    return node.name or f"<{node.output[0]}>"
 
 
 def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -252,8 +299,10 @@ def _static_shapes(graph: onnx.GraphProto) -> dict[str, tuple[int, Dims]]:
     return shapes
 
 
-def _fold_pass(graph: onnx.GraphProto, shapes: dict[str, tuple[int, Dims]], opsets: dict[str, int]) -> bool:
-    """One walk in graph order; nodes folded early feed the nodes after them. True if anything folded."""
+def _fold_pass(graph: onnx.GraphProto, shapes: dict[str, tuple[int, Dims]], opsets: Iterable[onnx.OperatorSetIdProto],
+               failures: dict[str, Unfolded]) -> int:
+    """One walk in graph order; nodes folded early feed the nodes after them. How many folded; the nodes that
+    could not be evaluated go into `failures` (by name)."""
     known = {
         init.name: numpy_helper.to_array(init)
         for init in graph.initializer
@@ -263,7 +312,9 @@ def _fold_pass(graph: onnx.GraphProto, shapes: dict[str, tuple[int, Dims]], opse
     kept, folded = [], []
     for node in graph.node:
         results = _evaluate(node, known, shapes, opsets) if _foldable(node, shapes, graph_outputs) else None
-        if results is None:
+        if isinstance(results, Unfolded):
+            failures[_node_name(node)] = results
+        if not isinstance(results, dict):
             kept.append(node)
             continue
         known.update(results)
@@ -272,11 +323,11 @@ def _fold_pass(graph: onnx.GraphProto, shapes: dict[str, tuple[int, Dims]], opse
         else:
             folded.extend(numpy_helper.from_array(array, name) for name, array in results.items())
     if not folded:
-        return False
+        return 0
     del graph.node[:]
     graph.node.extend(kept)
     graph.initializer.extend(folded)
-    return True
+    return len(folded)
 
 
 def _foldable(node: onnx.NodeProto, shapes: dict[str, tuple[int, Dims]], graph_outputs: set[str]) -> bool:
@@ -297,12 +348,15 @@ def _evaluate(
     node: onnx.NodeProto,
     known: dict[str, np.ndarray],
     shapes: dict[str, tuple[int, Dims]],
-    opsets: dict[str, int],
-) -> dict[str, np.ndarray] | None:
-    """Run `node` with ONNX's reference evaluator if all its inputs are known; output name -> value.
+    opsets: Iterable[onnx.OperatorSetIdProto],
+) -> dict[str, np.ndarray] | Unfolded | None:
+    """Run `node` with ONNX's reference evaluator if all its inputs are known; output name -> value, None where an
+    input is not known, or why the evaluator failed.
 
-    The data input of Shape/Size is a zero-copy stand-in of the right shape (np.broadcast_to),
-    so big activations are never materialized.
+    The node runs as a one-node model with the model's own opset imports: the evaluator then takes each op at the
+    model's version (an opset-12 Unsqueeze with an `axes` attribute; evaluated as a bare node it would be the
+    newest version, which takes axes as an input, and fail). The data input of Shape/Size is a zero-copy stand-in
+    of the right shape (np.broadcast_to), so big activations are never materialized.
     """
     feeds = {}
     for position, name in enumerate(node.input):
@@ -314,14 +368,40 @@ def _evaluate(
             feeds[name] = np.broadcast_to(np.float32(0), shapes[name][1])
         else:
             return None
+    outputs = [name for name in node.output if name]
+    graph = helper.make_graph(
+        [node], "fold",
+        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
+         for name, array in feeds.items()],
+        [helper.make_tensor_value_info(name, shapes[name][0], shapes[name][1]) for name in outputs])
+    one_node = helper.make_model(graph, opset_imports=list(opsets))
     try:
-        values = ReferenceEvaluator(node, opsets=opsets).run(None, feeds)
-    except Exception:  # noqa: BLE001 - the reference evaluator lacks some ops; such nodes just stay
-        return None
+        values = ReferenceEvaluator(one_node).run(None, feeds)
+    except Exception as exc:  # noqa: BLE001 - the evaluator lacks some ops and old versions, raises its own types
+        values = _run_with_onnxruntime(one_node, feeds)
+        if values is None:
+            version = next((o.version for o in opsets if (o.domain or "") in DEFAULT_DOMAINS), 0)
+            return Unfolded(_node_name(node), node.op_type, version, one_line(exc))
     return {
         name: np.asarray(value, dtype=helper.tensor_dtype_to_np_dtype(shapes[name][0]))
-        for name, value in zip(node.output, values)
+        for name, value in zip(outputs, values)
     }
+
+
+def _run_with_onnxruntime(one_node: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray] | None:
+    """The one-node model run by ONNX Runtime (every op at every opset it supports: Upsample-7 and Resize-10, which
+    ONNX's reference evaluator gets wrong or lacks); None where it cannot run it either."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # a refusal is expected and reported by the caller
+    options.intra_op_num_threads = 1
+    try:
+        session = onnxruntime.InferenceSession(one_node.SerializeToString(), options,
+                                               providers=["CPUExecutionProvider"])
+        return session.run(None, {name: np.ascontiguousarray(array) for name, array in feeds.items()})
+    except Exception:  # noqa: BLE001 - onnxruntime raises its own (non-exported) classes
+        return None
 
 
 def _remove_dead(graph: onnx.GraphProto) -> None:

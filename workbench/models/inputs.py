@@ -9,7 +9,7 @@ import onnx
 
 from workbench.config import InputConfig, ModelConfig
 from workbench.errors import UserError
-from workbench.models.canonicalize import InputSpec
+from workbench.models.canonicalize import Canonical, InputSpec, canonicalize
 
 DEFAULT_RANGES = {"f": (0.0, 1.0), "i": (0, 10), "u": (0, 10), "b": (0, 2)}
 
@@ -61,9 +61,8 @@ def make_inputs(model: onnx.ModelProto, model_cfg: ModelConfig, seed: int, base_
     return arrays
 
 
-def canonical_model(model_cfg: ModelConfig, base_dir: Path) -> onnx.ModelProto:
+def canonical_model(model_cfg: ModelConfig, base_dir: Path) -> Canonical:
     """The config's model source fetched and canonicalized (input shapes frozen): what every label runs."""
-    from workbench.models.canonicalize import canonicalize
     from workbench.models.sources import resolve_source
 
     return canonicalize(resolve_source(model_cfg.source, base_dir, model_cfg.cache_dir), input_specs(model_cfg, base_dir))

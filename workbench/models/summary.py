@@ -124,7 +124,7 @@ def op_histogram(model: onnx.ModelProto, shapes: dict[str, list[int] | None]) ->
 def _flops_by_op(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> dict[str, int]:
     """FLOPs (2 per multiply-add) per counted op type, from the inferred shapes of the frozen model."""
     dtypes = {info.name: info.dtype for info in model_inputs(model)}
-    frozen = canonicalize(model, {name: InputSpec(tuple(shape), dtypes[name]) for name, shape in shapes.items()})
+    frozen = canonicalize(model, {name: InputSpec(tuple(shape), dtypes[name]) for name, shape in shapes.items()}).model
     inferred = onnx.shape_inference.infer_shapes(frozen)
     known = {init.name: list(init.dims) for init in inferred.graph.initializer}
     for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:

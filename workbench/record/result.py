@@ -67,6 +67,7 @@ class RunResult(_Open):
     pipeline: list[Any] = Field(default_factory=list)
     pipeline_text: str = ""
     reference: str | None = None
+    canonicalize: dict[str, Any] | None = None  # shape nodes folded, and those that could not be (with why)
     passes: list[PassEntry] = Field(default_factory=list)
     measurements: dict[str, Measurement] = Field(default_factory=dict)
     accuracy: dict[str, Accuracy] = Field(default_factory=dict)

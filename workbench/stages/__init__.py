@@ -22,6 +22,7 @@ from workbench.compile.targets import make_target
 from workbench.config import Experiment
 from workbench.config.pipeline_spec import PassSpec
 from workbench.models.importer import import_to_relax
+from workbench.models.canonicalize import FoldReport
 from workbench.models.inputs import canonical_model, make_inputs
 from workbench.passes.pipeline import PassRecord, run_pipeline
 
@@ -35,6 +36,7 @@ class Prepared:
     canonical: onnx.ModelProto
     inputs: dict[str, np.ndarray]
     imported: tvm.IRModule
+    folding: FoldReport  # what canonicalization folded, and the shape nodes it could not
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,8 @@ def prepare(experiment: Experiment, base_dir: Path, target: tvm.target.Target | 
     """Load the model (paths relative to `base_dir`), freeze and fold it, draw its inputs, import it to Relax."""
     target = target if target is not None else make_target(experiment.target)
     canonical = canonical_model(experiment.model, base_dir)
-    inputs = make_inputs(canonical, experiment.model, experiment.seed, base_dir)
-    return Prepared(target, canonical, inputs, import_to_relax(canonical))
+    inputs = make_inputs(canonical.model, experiment.model, experiment.seed, base_dir)
+    return Prepared(target, canonical.model, inputs, import_to_relax(canonical.model), canonical.folding)
 
 
 def optimize(prepared: Prepared, pipeline: list[PassSpec], dump_dir: Path | None = None,

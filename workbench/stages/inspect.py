@@ -18,6 +18,7 @@ from rich.table import Table
 from workbench.atomic import atomic_write_text
 from workbench.config import Experiment, apply_override, load_experiment, validate
 from workbench.errors import UserError
+from workbench.models.canonicalize import FoldReport, InputSpec, canonicalize
 from workbench.models.importer import unsupported_ops
 from workbench.models.recurrent import RECURRENT_OPS
 from workbench.models.sources import PKG_PREFIX, ZOO_PREFIX, parse_pkg_source, resolve_source
@@ -56,6 +57,7 @@ class Inspection:
     passes: list[PassChange] | None = None
     passes_skipped: str | None = None
     dynamic: str | None = None  # the message naming the inputs still dynamic and the flag that fixes them
+    folding: FoldReport | None = None  # shape nodes folded at the frozen shapes, and those that could not be
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -87,13 +89,19 @@ def inspect_model(source: str, base_dir: Path, given: dict[str, list[int]], pipe
                    if op not in RECURRENT_OPS}  # canonicalize unrolls these
     inspection = Inspection(source, inputs, shapes, inputs_snippet(inputs, shapes), op_histogram(model, shapes),
                             unsupported, pipeline, dynamic=dynamic_message(inputs, shapes))
+    if not inspection.dynamic:
+        specs = {info.name: InputSpec(tuple(shapes[info.name]), info.dtype) for info in inputs}
+        inspection.folding = canonicalize(model, specs).folding
     if inspection.dynamic:
         inspection.passes_skipped = "dynamic input dims: give them with --input to see what each pass changes"
     elif unsupported:
         inspection.passes_skipped = f"the import cannot handle {', '.join(unsupported)}"
     else:
         experiment = experiment or validate(_experiment_data(source, inputs, shapes, pipeline), source)
-        inspection.passes = _pass_changes(experiment, base_dir)
+        try:
+            inspection.passes = _pass_changes(experiment, base_dir)
+        except UserError as exc:  # what was found so far is still worth showing, with why the passes are not
+            inspection.passes_skipped = str(exc)
     return inspection
 
 
@@ -173,9 +181,21 @@ def inspection_tables(inspection: Inspection) -> list[Table | str]:
             f"{op} (first at node {node!r})" for op, node in inspection.unsupported.items())))
     else:
         shown.append("Every op type is supported by the Relax import.")
+    if inspection.folding is not None:
+        shown.append(_folding_text(inspection.folding))
     shown.append(_passes_table(inspection) if inspection.passes is not None
                  else f"Pipeline {inspection.pipeline!r} skipped: {escape(inspection.passes_skipped or '')}")
     return shown
+
+
+def _folding_text(folding: FoldReport) -> str:
+    """How many shape nodes became constants at the frozen shapes, and each that could not (it stays computed,
+    and an import or unroll that needs the value constant will say so)."""
+    folded = f"{folding.folded} shape node(s) folded to constants at these shapes."
+    if not folding.unfolded:
+        return folded
+    return (f"{folded} [yellow]{len(folding.unfolded)} could not be folded (they stay computed):[/]\n"
+            + "\n".join(f"  {escape(str(node))}" for node in folding.unfolded))
 
 
 def _passes_table(inspection: Inspection) -> Table:
