@@ -36,6 +36,7 @@ from workbench.errors import BaselineUnavailable, ReferenceFailed, UserError
 from workbench.measure.iree import iree_runner, iree_version
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
 from workbench.models.accuracy import compare
+from workbench.models.canonicalize import CONVERTED_OPSET
 from workbench.record import mlflow_sink
 from workbench.record.report import schedules_line, write_report
 from workbench.record.result import Accuracy, Measurement, PassEntry, RunResult
@@ -266,7 +267,10 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         with step(console, f"Loading {experiment.model.source} and importing it to Relax"):
             prepared = prepare(experiment, base_dir, target)
     canonical, inputs, imported = prepared.canonical, prepared.inputs, prepared.imported
-    result.canonicalize = prepared.folding.as_dict()
+    result.canonicalize = {**prepared.folding.as_dict(), "converted_from_opset": prepared.converted_from}
+    if prepared.converted_from is not None:
+        console.print(f"[yellow]![/] the model uses an op form of opset {prepared.converted_from} TVM's frontend "
+                      f"gets wrong: converted to opset {CONVERTED_OPSET} first (ONNX's version converter)")
     if prepared.folding.unfolded:
         console.print(f"[yellow]![/] {len(prepared.folding.unfolded)} shape node(s) could not be folded (they stay "
                       f"computed; result.json lists them), the first: {prepared.folding.unfolded[0]}")

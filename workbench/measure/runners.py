@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import tvm
+import tvm_ffi
 from tvm import relax, rpc
 
 from workbench.compile.build import Built
@@ -47,9 +48,12 @@ class Runner:
 
 
 def _flatten_tvm(value: object) -> list[np.ndarray]:
-    """VM results are a tensor or a (nested) tuple of tensors; flatten to numpy arrays in order."""
+    """VM results are a tensor, a shape (a model that outputs an input's `Shape`: int64, as ONNX has it) or a
+    (nested) tuple of them; flatten to numpy arrays in order."""
     if isinstance(value, tvm.runtime.Tensor):
         return [value.numpy()]
+    if isinstance(value, tvm_ffi.Shape):
+        return [np.array(list(value), dtype="int64")]
     return [array for item in value for array in _flatten_tvm(item)]
 
 

@@ -17,10 +17,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper, numpy_helper, version_converter
 from onnx.reference import ReferenceEvaluator
 
 from workbench.errors import UserError, one_line
+from workbench.models.graph_walk import all_nodes
 from workbench.models.recurrent import expand_recurrent
 
 # Larger constant results are weights or activations, not shape arithmetic: never fold them.
@@ -32,6 +33,11 @@ NONDETERMINISTIC_OPS = frozenset(
     {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 )
 DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
+# Op forms TVM 0.27's ONNX frontend converts wrongly or not at all (docs/results/conformance.md found them): op -> the
+# opset from which it converts it right. A model using one at an older opset is raised to CONVERTED_OPSET by ONNX's
+# version converter (Upsample becomes Resize, Slice's attributes inputs, ...) before anything else sees it.
+OLD_FORMS = {"Upsample": 10, "Resize": 11, "Slice": 10, "TopK": 11, "ArgMax": 11, "ArgMin": 11}
+CONVERTED_OPSET = 13
 
 Dims = tuple[int, ...]
 
@@ -74,11 +80,12 @@ class Canonical:
 
     model: onnx.ModelProto
     folding: FoldReport
+    converted_from: int | None = None  # the opset the model was exported at, where it was converted (OLD_FORMS)
 
 
 def canonicalize(model: onnx.ModelProto, inputs: dict[str, InputSpec]) -> Canonical:
-    """Check the opset, freeze input shapes, run the ONNX checker, fold shape-computing subgraphs, unroll
-    LSTM/GRU nodes.
+    """Check the opset, freeze input shapes, run the ONNX checker, raise a model using an old op form TVM's
+    frontend gets wrong to CONVERTED_OPSET, fold shape-computing subgraphs, unroll LSTM/GRU nodes.
 
     Returns a new model; `model` is not modified. Raises UserError for a newer opset than this
     installation runs, for specs that do not fit the model and for models the ONNX checker rejects.
@@ -93,6 +100,10 @@ def canonicalize(model: onnx.ModelProto, inputs: dict[str, InputSpec]) -> Canoni
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0]
         raise UserError(f"the model fails the ONNX checker: {first}") from exc
+    _refuse_non_tensor_outputs(out)
+    converted_from = None
+    if (converted := _old_forms_converted(out)) is not None:
+        converted_from, out = model_opset(out), converted
     folding = _fold_shape_computations(out)
     try:
         out = expand_recurrent(out)
@@ -101,7 +112,7 @@ def canonicalize(model: onnx.ModelProto, inputs: dict[str, InputSpec]) -> Canoni
             raise
         raise UserError(f"{exc}; {len(folding.unfolded)} shape node(s) could not be folded, the first: "
                         f"{folding.unfolded[0]}") from exc
-    return Canonical(out, folding)
+    return Canonical(out, folding, converted_from)
 
 
 # --- the opset ------------------------------------------------------------------------------
@@ -114,7 +125,7 @@ def _check_opset(model: onnx.ModelProto) -> None:
     reference) refuses it: without this check such a run builds, measures, and checks nothing. Other
     domains (ai.onnx.ml, com.microsoft, ...) have their own numbering and are left to the runtimes.
     """
-    version = max((opset.version for opset in model.opset_import if opset.domain in DEFAULT_DOMAINS), default=0)
+    version = model_opset(model)
     limit = supported_opset()
     if version > limit:
         import onnxruntime
@@ -159,6 +170,44 @@ def _onnxruntime_opset() -> int:
             continue
         return version
     return newest
+
+
+def model_opset(model: onnx.ModelProto) -> int:
+    """The model's default-domain opset."""
+    return max((opset.version for opset in model.opset_import if opset.domain in DEFAULT_DOMAINS), default=0)
+
+
+# --- old op forms and outputs the workbench cannot run ------------------------------------------
+
+
+def _old_forms_converted(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """The model raised to CONVERTED_OPSET where it uses an op in a form TVM's frontend converts wrongly or not at
+    all (OLD_FORMS); None where it uses none. A model ONNX's version converter cannot raise is refused, naming the
+    node and what would make it run."""
+    opset = model_opset(model)
+    old = next((node for node in all_nodes(model.graph) if opset < OLD_FORMS.get(node.op_type, 0)), None)
+    if old is None:
+        return None
+    try:
+        return version_converter.convert_version(model, CONVERTED_OPSET)
+    except Exception as exc:  # noqa: BLE001 - the converter raises many types for the adapters it lacks
+        raise UserError(f"node {old.name!r} ({old.op_type}, opset {opset}): TVM's ONNX frontend converts this op "
+                        f"correctly only from opset {OLD_FORMS[old.op_type]}, and ONNX's version converter could not "
+                        f"raise the model to opset {CONVERTED_OPSET} ({one_line(exc)}); export the model at opset "
+                        f"{CONVERTED_OPSET} or later") from exc
+
+
+def _refuse_non_tensor_outputs(model: onnx.ModelProto) -> None:
+    """Every graph output must be a tensor: the workbench runs and compares tensors (a sequence or optional output
+    would come back as something else)."""
+    for value in model.graph.output:
+        kind = value.type.WhichOneof("value")
+        if kind != "tensor_type":
+            producer = next((n for n in model.graph.node if value.name in n.output), None)
+            made_by = f" (made by node {producer.name!r}, {producer.op_type})" if producer is not None else ""
+            raise UserError(f"graph output {value.name!r} is a {kind.removesuffix('_type')}{made_by}, opset "
+                            f"{model_opset(model)}: the workbench runs models whose outputs are tensors; end the "
+                            "graph with a tensor (ConcatFromSequence, OptionalGetElement)")
 
 
 # --- freezing inputs -------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from tvm.relax.frontend.onnx import from_onnx
 from tvm.relax.frontend.onnx import onnx_frontend
 
 from workbench.errors import UserError
+from workbench.models.canonicalize import model_opset
 from workbench.models.graph_walk import all_nodes
 
 # Ops the frontend converts in `_construct_nodes` itself rather than through its converter map.
@@ -40,7 +41,7 @@ def import_to_relax(model: onnx.ModelProto) -> tvm.IRModule:
             warnings.simplefilter("ignore")
             return from_onnx(model, shape_dict=shape_dict, keep_params_in_input=False)
     except Exception as exc:  # noqa: BLE001 - every frontend failure is a model the user must change
-        raise UserError(_describe_failure(exc)) from exc
+        raise UserError(_describe_failure(exc, model_opset(model))) from exc
 
 
 def unsupported_ops(graph: onnx.GraphProto) -> dict[str, str]:
@@ -63,13 +64,13 @@ def _check_supported(graph: onnx.GraphProto) -> None:
 
 
 
-def _describe_failure(exc: Exception) -> str:
-    """'node X (OpType): message' if the node being converted can be found in the traceback."""
+def _describe_failure(exc: Exception, opset: int) -> str:
+    """'node X (OpType, opset N): message' if the node being converted can be found in the traceback."""
     first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     node = _failing_node(exc.__traceback__)
     if node is None:
         return f"could not import the model to Relax: {first_line}"
-    return f"could not import the model to Relax: node {node.name!r} ({node.op_type}): {first_line}"
+    return f"could not import the model to Relax: node {node.name!r} ({node.op_type}, opset {opset}): {first_line}"
 
 
 def _failing_node(tb: types.TracebackType | None) -> onnx.NodeProto | None:

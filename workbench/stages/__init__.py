@@ -37,6 +37,7 @@ class Prepared:
     inputs: dict[str, np.ndarray]
     imported: tvm.IRModule
     folding: FoldReport  # what canonicalization folded, and the shape nodes it could not
+    converted_from: int | None = None  # the opset the model was exported at, where canonicalize raised it
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ def prepare(experiment: Experiment, base_dir: Path, target: tvm.target.Target | 
     target = target if target is not None else make_target(experiment.target)
     canonical = canonical_model(experiment.model, base_dir)
     inputs = make_inputs(canonical.model, experiment.model, experiment.seed, base_dir)
-    return Prepared(target, canonical.model, inputs, import_to_relax(canonical.model), canonical.folding)
+    return Prepared(target, canonical.model, inputs, import_to_relax(canonical.model), canonical.folding,
+                    canonical.converted_from)
 
 
 def optimize(prepared: Prepared, pipeline: list[PassSpec], dump_dir: Path | None = None,
