@@ -10,6 +10,7 @@ matching this CPU.
 """
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -138,8 +139,8 @@ def test_a_new_task_starts_from_the_shared_record_and_tuning_writes_only_its_own
 
 
 def test_the_clock_says_minutes_used_of_the_budget_and_why_it_stopped():
-    clock = TuningClock(minutes=1.0, started=0.0)
-    assert clock.spent() and clock.stopped == "minutes"  # monotonic() is far past 0 + 1 minute
+    clock = TuningClock(minutes=1.0, started=time.monotonic() - 120)
+    assert clock.spent() and clock.stopped == "minutes"  # started two minutes ago: the 1-minute budget is spent
     assert clock.reason() == "stopped: the 1-minute budget is spent (a rerun resumes)"
     assert clock.as_dict()["minutes_budget"] == 1.0 and clock.as_dict()["stopped"] == "minutes"
     done = TuningClock()
