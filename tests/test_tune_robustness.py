@@ -139,3 +139,33 @@ def test_a_search_that_keeps_failing_ends_its_task_with_the_reason_and_the_next_
     assert "search failed: RuntimeError: the search stopped" in results[0].flags
     assert results[0].as_dict()["failed"] == results[0].failed
     assert results[1].failed is None and results[1].trials_run >= results[1].budget  # and the hot trials went here
+
+
+@pytest.mark.slow
+def test_the_orderings_sweep_in_small_tunes_every_kernel_and_commits_only_records_that_fit(tmp_path):
+    """convnet_small's kernels under two orderings (fold then fuse, fuse first): the unfused convs seed each other
+    (similar kernels) next to the fused one, as the tuned ordering sweep's union had them. Every task is tuned to its
+    budget and every record the database holds replays after the search's mutations (the similar-kernel seed did
+    not: its postprocessors were in the trace's body)."""
+    from workbench.compile.tasks import extract_tasks, tuning_module
+    from workbench.config import validate
+    from workbench.stages import optimize, prepare
+
+    base = {"name": "orderings", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 16, 16]}}}
+    prepared = prepare(validate({**base, "pipeline": "fold_constant,fold_batchnorm,fuse,dce"}, "base"), tmp_path)
+    union: dict[str, ms.ExtractedTask] = {}
+    for pipeline in ("fold_constant,fold_batchnorm,fuse,dce", "fuse,fold_constant,fold_batchnorm,dce"):
+        module = optimize(prepared, validate({**base, "pipeline": pipeline}, pipeline).pipeline, stats=False).module
+        for found in extract_tasks(tuning_module(module, HOST), HOST):
+            union.setdefault(ms.utils.shash2hex(found.dispatched[0]), found)
+    by_name = {found.task_name: found for found in union.values()}
+    tasks = [by_name["conv2d1"], by_name["fused_conv2d_add_relu"], by_name["conv2d"]]  # the last seeded by the first
+    folder = tuning_folder(tmp_path / "union", HOST)
+    results = tune_tasks(tasks, HOST, SMALL, folder, tmp_path / "logs")
+    assert [(r.failed, r.trials_run == r.budget) for r in results] == [(None, True)] * 3
+    assert results[2].seeded_from is not None and results[2].seeded_from.startswith("a similar kernel")
+    database = open_database(folder, create=False)
+    for found, result in zip(tasks, results):
+        mod, search = found.dispatched[0], search_mutators(found)
+        records = task_records(database, mod)
+        assert len(records) == result.budget and all(misfit(mod, r.trace, search) is None for r in records)
