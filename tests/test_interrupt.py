@@ -2,12 +2,11 @@
 
 import json
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import yaml
+
+from pause_points import held, hold_run_after_first_result_write, workbench_command
 
 
 def _default_sigint() -> None:
@@ -25,18 +24,15 @@ def test_sigint_mid_run_keeps_measured_labels_and_exits_130(tmp_path):
     # The child starts with Ctrl-C at its default and unblocked (Python then raises KeyboardInterrupt on it), whatever
     # an earlier test left in this process: an ignored or blocked SIGINT is inherited (a fresh-clone suite run once
     # saw the run finish with exit 0 after the signal; not reproduced alone or under load).
-    process = subprocess.Popen([sys.executable, "-m", "workbench.cli", "run", str(tmp_path / "long.yaml")],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
-    result_file = tmp_path / "run" / "result.json"
-    deadline = time.monotonic() + 240
-    while not result_file.exists() and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.2)
-    assert result_file.exists(), process.communicate()
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 130, (err, "SIGINT in the test process:", signal.getsignal(signal.SIGINT),
-                                       signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    # It holds right after result.json's first write (the workbench label measured), so the Ctrl-C lands mid-run.
+    command = workbench_command(hold_run_after_first_result_write, ["run", str(tmp_path / "long.yaml")])
+    with held(command, tmp_path / "hold", preexec_fn=_default_sigint) as child:
+        child.proc.send_signal(signal.SIGINT)
+        child.proc.wait(timeout=120)
+    err = child.stderr()
+    assert child.proc.returncode == 130, (err, "SIGINT in the test process:", signal.getsignal(signal.SIGINT),
+                                          signal.pthread_sigmask(signal.SIG_BLOCK, []))
     assert "interrupted" in err and "Traceback" not in err
-    partial = json.loads(result_file.read_text())
+    partial = json.loads((tmp_path / "run" / "result.json").read_text())
     assert partial["status"] == "running"
-    assert partial["measurements"]["workbench"]["repeats"] == 3000
+    assert list(partial["measurements"]) == ["workbench"] and partial["measurements"]["workbench"]["repeats"] == 3000

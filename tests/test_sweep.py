@@ -17,6 +17,8 @@ from workbench.cli import main
 from workbench.errors import UserError
 from workbench.sweep.spec import load_sweep
 
+from pause_points import held
+
 BASE = {
     "name": "sw",
     "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 16, 16]}},
@@ -192,34 +194,22 @@ def test_rerun_without_resume_refuses_and_resume_skips_done(finished_sweep):
 
 
 def test_sigkill_then_resume_keeps_every_variant_exactly_once(tmp_path):
-    # three input shapes: three IRs, each built in its run (seeds of one IR reuse its build and can all land
-    # between two polls)
+    """The sweep is killed while its worker holds at its second run (tests/sweep_plugin_pause.py): exactly the
+    first variant is done; the resume measures the other two and keeps that one's row."""
+    # three input shapes: three IRs, so three classes and three runs (equivalent variants would share one run)
     shapes = [[1, 3, 16, 16], [1, 3, 20, 20], [1, 3, 24, 24]]
-    path = write_sweep(tmp_path, {"orderings": ["dce"], "grid": {"model.inputs.x": shapes}, "workers": 1}, name="k")
+    path = write_sweep(tmp_path, {"orderings": ["dce"], "grid": {"model.inputs.x": shapes}, "workers": 1}, name="k",
+                       plugins=["tests.sweep_plugin_pause"])
     store = tmp_path / "k" / "results.sqlite"
     command = [sys.executable, "-m", "workbench.cli", "sweep", str(path)]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    done: list = []
-    deadline = time.monotonic() + 240
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.5)
-            if store.exists():
-                with sqlite3.connect(store, timeout=30) as db:
-                    try:
-                        done = db.execute("select id, run_id from sweep_variants where status='done'").fetchall()
-                    except sqlite3.OperationalError:  # table not created yet
-                        continue
-                if done:
-                    break
-        assert done, "no variant committed before the deadline"
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait(30)
-    assert proc.returncode == -signal.SIGKILL
+    with held(command, tmp_path / "hold") as child:
+        child.proc.send_signal(signal.SIGKILL)
+        child.proc.wait()
+    assert child.proc.returncode == -signal.SIGKILL
     with sqlite3.connect(store) as db:
         before = dict(db.execute("select id, run_id from sweep_variants where status='done'").fetchall())
-    assert 1 <= len(before) < 3, "the kill should land mid-sweep"
+    variants = load_sweep(path, tmp_path).variants
+    assert list(before) == [variants[0].id] and before[variants[0].id] is not None  # the first run, committed
     assert subprocess.run(command + ["--resume"], capture_output=True, timeout=300).returncode == 0
     with sqlite3.connect(store) as db:
         after = db.execute("select id, status, run_id from sweep_variants").fetchall()
@@ -227,7 +217,7 @@ def test_sigkill_then_resume_keeps_every_variant_exactly_once(tmp_path):
         orphans = db.execute("select count(*) from runs where id not in (select run_id from sweep_variants"
                              " where run_id is not null)").fetchone()
     ids = [row[0] for row in after]
-    assert sorted(ids) == sorted(v.id for v in load_sweep(path, tmp_path).variants) and len(set(ids)) == 3
+    assert sorted(ids) == sorted(v.id for v in variants) and len(set(ids)) == 3
     assert all(status == "done" for _, status, _ in after)
     assert {i: r for i, _, r in after if i in before} == before  # committed rows kept, not re-measured
     assert referenced[0] == 3

@@ -10,9 +10,7 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +34,8 @@ from workbench.compile.tasks import TaskResult, extract_tasks, plan, tuning_modu
 from workbench.compile.tune import (MS_LOGGER, hottest, make_builder, make_cost_model, make_runner, task_log_path,
                                     tune_tasks)
 from workbench.compile.warm_model import XGB_WARMUP_SAMPLES
+
+from pause_points import Held, held, hold_tune_in_first_measured_batch, workbench_command
 
 HOST_KEY = target_key(make_target(TargetConfig()))  # llvm-<this machine's CPU>
 TUNED_TRIALS = 9  # the default schedule's record, then one batch of 8 searched
@@ -209,30 +209,22 @@ def test_tuning_works_with_unnamed_handlers_on_the_root_and_metaschedule_loggers
     assert not [r for r in captured if r.name.startswith("workbench.tuning")]  # per-task chatter stays in its file
 
 
-def start_tune_and_wait_for_records(config: Path, database: Path) -> subprocess.Popen:
-    """`workbench tune` in a subprocess, returned once its first measured records are in the database."""
-    env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "tune", str(config)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 420  # a loaded 2-core machine took 130 s
-    while not record_lines(database) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.5)
-    if not record_lines(database):
-        proc.kill()
-        proc.wait()
-        pytest.fail("no record landed before the deadline")
-    return proc
+def tune_held_in_first_batch(config: Path, folder: Path) -> AbstractContextManager[Held]:
+    """`workbench tune` in a subprocess, held in the measure callback of its first searched batch (see
+    pause_points.hold_tune_in_first_measured_batch): that batch's records are in the database, the search goes on
+    only once the test says so."""
+    return held(workbench_command(hold_tune_in_first_measured_batch, ["tune", str(config)]), folder)
 
 
 @pytest.mark.slow
 def test_database_survives_sigkill_and_the_next_tune_resumes(tmp_path):
     config = write_config(tmp_path, tmp_path / "db", trials=8, trials_per_task=8, trials_per_iter=4)
     database = tmp_path / "db" / HOST_KEY  # a root gets one folder per resolved target
-    proc = start_tune_and_wait_for_records(config, database)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    with tune_held_in_first_batch(config, tmp_path / "hold") as child:
+        os.kill(child.proc.pid, signal.SIGKILL)
+        child.proc.wait()
     kept = record_lines(database)
-    assert 1 <= len(kept) < 8  # the first batch (4) landed, the kill came before the budget was reached
+    assert len(kept) == 1 + 4  # the default schedule's record and the first batch; the kill came before the rest
 
     assert main(["tune", str(config)]) == 0
     after = record_lines(database)
@@ -242,18 +234,24 @@ def test_database_survives_sigkill_and_the_next_tune_resumes(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_exits_130_and_keeps_the_records(tmp_path):
+    """Ctrl-C while the search runs (the child held in its first batch's measure callback) stops after that batch:
+    its records are kept and nothing more is measured."""
     config = write_config(tmp_path, tmp_path / "db", trials=8, trials_per_task=8, trials_per_iter=2)
     database = tmp_path / "db" / HOST_KEY
-    proc = start_tune_and_wait_for_records(config, database)
-    kept = record_lines(database)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    with tune_held_in_first_batch(config, tmp_path / "hold") as child:
+        kept = record_lines(database)
+        child.proc.send_signal(signal.SIGINT)
+        child.wait_for(lambda: "stopping after the batch being measured" in child.stderr(),
+                       "the search's Ctrl-C handler did not answer")
+        child.go()
+        child.proc.wait(timeout=120)
+    err = child.stderr()
     assert "interrupted: results already written are kept" in err and "internal error" not in err
-    assert "stopping after the batch being measured" in err
-    # 130 from the CLI; about one run in three the interpreter then ends itself by the SIGINT at exit (-2),
-    # after the CLI handled it (cause inside TVM's FFI not found)
-    assert proc.returncode in (130, -signal.SIGINT)
-    assert record_lines(database)[:len(kept)] == kept
+    # 130 from the CLI: the Ctrl-C lands in Python inside the search. Sent at a moment picked by polling (where it
+    # could land anywhere), about one run in three ended by the signal at interpreter exit (-2) instead
+    assert child.proc.returncode == 130
+    assert len(kept) == 1 + 2  # the default schedule's record and the first batch
+    assert record_lines(database) == kept  # kept, and no batch measured after the Ctrl-C
 
 
 @pytest.mark.slow
