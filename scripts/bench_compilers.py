@@ -28,15 +28,15 @@ from rich.table import Table
 from workbench.compile.build import build_tvm_default
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment, TargetConfig, load_experiment, validate
+from workbench.config.pipeline_spec import parse_text
 from workbench.errors import BaselineUnavailable
-from workbench.stages import Prepared, build, optimize, prepare
 from workbench.measure.iree import iree_runner
+from workbench.measure.runners import Runner, ort_runner, tvm_runner
 from workbench.measure.timing import interleaved_medians
+from workbench.models import zoo
 from workbench.record.results_page import Machine, rich_rows, write_results_page
 from workbench.runtime.threads import cpu_threads
-from workbench.models import zoo
-from workbench.config.pipeline_spec import parse_text
-from workbench.measure.runners import Runner, ort_runner, tvm_runner
+from workbench.stages import Prepared, build, optimize, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINES = "fold_constant,fold_batchnorm,fuse,dce;fold_constant,fold_batchnorm,fuse_patterns,fuse,dce"

@@ -42,18 +42,16 @@ from workbench.compile.schedule_sources import COMMITTED_SCHEDULES, schedule_sou
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment, TuningConfig
 from workbench.config.baselines import WORKBENCH_LABEL
+from workbench.config.pipeline_spec import to_text
 from workbench.errors import UserError, one_line
-from workbench.record.corpus_table import Row
+from workbench.models.corpus import CORPUS_FILE, load_corpus
+from workbench.record.corpus_table import Row, Setting, write
 from workbench.record.parity import CHECKPOINT_PASSED, ParityPoint, read_points, write_parity
-from workbench.record.results_page import Machine
+from workbench.record.results_page import Machine, cpu_name, versions
+from workbench.runtime.threads import target_threads
 from workbench.stages import optimize, prepare
 from workbench.stages.side_by_side import COMPARED, bench
 from workbench.stages.tuning import tune_optimized
-from workbench.runtime.threads import target_threads
-from workbench.models.corpus import CORPUS_FILE, load_corpus
-from workbench.config.pipeline_spec import to_text
-from workbench.record.corpus_table import Setting, write
-from workbench.record.results_page import cpu_name, versions
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -28,12 +28,12 @@ from workbench.compile.databases import applied_database
 from workbench.compile.targets import host_cpu, target_key
 from workbench.config import load_experiment
 from workbench.errors import BaselineUnavailable
-from workbench.stages import build, optimize, prepare
 from workbench.measure.iree import iree_runner
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
 from workbench.measure.timing import interleaved_medians
 from workbench.record.results_page import Machine, write_results_page
 from workbench.runtime.threads import cpu_threads
+from workbench.stages import build, optimize, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = "quickstart,mobilenet_block,transformer_block,rapidocr_det"

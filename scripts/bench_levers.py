@@ -27,16 +27,16 @@ from rich.table import Table
 from workbench.compile.build import build_lowered
 from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE, applied_database, choose_database
 from workbench.compile.targets import host_cpu, make_target, target_key
-from workbench.stages import optimized_module
-from workbench.stages.tuning import tune_experiment
 from workbench.config import Experiment, load_experiment
 from workbench.errors import BaselineUnavailable
-from workbench.models.inputs import canonical_model, make_inputs
 from workbench.measure.iree import iree_runner
 from workbench.measure.runners import Runner, ort_runner, tvm_runner
 from workbench.measure.timing import interleaved_medians
+from workbench.models.inputs import canonical_model, make_inputs
 from workbench.record.results_page import Machine, rich_rows, write_results_page
 from workbench.runtime.threads import cpu_threads
+from workbench.stages import optimized_module
+from workbench.stages.tuning import tune_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 NCHW = "pipeline=fold_constant,fold_batchnorm,fuse,dce"

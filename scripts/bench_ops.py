@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from tvm.target.codegen import target_has_features
 
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import validate
@@ -34,7 +35,6 @@ from workbench.models.summary import op_histogram
 from workbench.record.results_page import Machine, write_results_page
 from workbench.runtime.threads import target_threads
 from workbench.stages.side_by_side import bench
-from tvm.target.codegen import target_has_features
 
 ROOT = Path(__file__).resolve().parent.parent
 

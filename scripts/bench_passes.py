@@ -17,12 +17,12 @@ from rich.table import Table
 
 from workbench.compile.targets import host_cpu
 from workbench.config import load_experiment
-from workbench.stages import build, optimize, prepare
+from workbench.config.pipeline_spec import parse_text
+from workbench.measure.runners import tvm_runner
 from workbench.measure.timing import time_call
 from workbench.record.results_page import Machine, rich_rows, write_results_page
 from workbench.runtime.threads import cpu_threads
-from workbench.config.pipeline_spec import parse_text
-from workbench.measure.runners import tvm_runner
+from workbench.stages import build, optimize, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = {"convnet_small": ROOT / "configs/quickstart.yaml", "rapidocr_det": ROOT / "configs/rapidocr_det.yaml"}

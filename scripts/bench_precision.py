@@ -29,16 +29,16 @@ from tvm.target import codegen
 
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment, TargetConfig, load_experiment
+from workbench.config.pipeline_spec import PassSpec, parse_text, to_text
 from workbench.experiment import calibration_samples, ort_int8_model
-from workbench.models.accuracy import compare
-from workbench.stages import build, optimize, prepare
+from workbench.kernels.packed_conv import vnni_target
 from workbench.measure.runners import ort_runner, tvm_runner
 from workbench.measure.timing import time_call
+from workbench.models.accuracy import compare
 from workbench.record.report import markdown_table
 from workbench.record.results_page import Machine, write_results_page
 from workbench.runtime.threads import cpu_threads
-from workbench.kernels.packed_conv import vnni_target
-from workbench.config.pipeline_spec import PassSpec, parse_text, to_text
+from workbench.stages import build, optimize, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 FP32 = "fold_constant,fold_batchnorm,fuse,dce"

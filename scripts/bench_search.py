@@ -15,8 +15,8 @@ import shutil
 import time
 from pathlib import Path
 
-from workbench.sweep.report import ranked_rows, ranking, write_sweep_report
 from workbench.sweep.driver import run_sweep
+from workbench.sweep.report import ranked_rows, ranking, write_sweep_report
 from workbench.sweep.spec import load_sweep
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from workbench.sweep.report import tuning_counts, write_sweep_report
 from workbench.sweep.driver import run_sweep
+from workbench.sweep.report import tuning_counts, write_sweep_report
 from workbench.sweep.spec import load_sweep
 from workbench.sweep.tuning import read_tuning_summary
 

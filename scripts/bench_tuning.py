@@ -16,15 +16,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.compile.build import build_tvm_default  # noqa: E402
-from workbench.config import load_experiment  # noqa: E402
-from workbench.stages import build, optimize, prepare  # noqa: E402
-from workbench.measure.timing import time_call  # noqa: E402
-from workbench.measure.runners import ort_runner, tvm_runner  # noqa: E402
-from workbench.compile.databases import choose_database  # noqa: E402
+from workbench.compile.databases import (
+    choose_database,  # noqa: E402
+    open_database,  # noqa: E402
+)
 from workbench.compile.targets import host_cpu, target_key  # noqa: E402
+from workbench.config import load_experiment  # noqa: E402
+from workbench.measure.runners import ort_runner, tvm_runner  # noqa: E402
+from workbench.measure.timing import time_call  # noqa: E402
 from workbench.record.results_page import Machine, write_results_page  # noqa: E402
 from workbench.runtime.threads import cpu_threads  # noqa: E402
-from workbench.compile.databases import open_database  # noqa: E402
+from workbench.stages import build, optimize, prepare  # noqa: E402
 
 
 def main() -> None:

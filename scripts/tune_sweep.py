@@ -23,11 +23,11 @@ from matplotlib.figure import Figure  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from workbench.compile.build import build_lowered  # noqa: E402
-from workbench.config import TuningConfig, load_experiment  # noqa: E402
-from workbench.measure.timing import time_call  # noqa: E402
-from workbench.measure.runners import tvm_runner  # noqa: E402
-from workbench.compile.targets import make_target  # noqa: E402
 from workbench.compile.databases import open_database  # noqa: E402
+from workbench.compile.targets import make_target  # noqa: E402
+from workbench.config import TuningConfig, load_experiment  # noqa: E402
+from workbench.measure.runners import tvm_runner  # noqa: E402
+from workbench.measure.timing import time_call  # noqa: E402
 from workbench.stages import build, optimize, prepare  # noqa: E402
 from workbench.stages.tuning import tune_optimized  # noqa: E402
 

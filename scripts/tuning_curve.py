@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE, choose_database  # noqa: E402
 from workbench.compile.targets import make_target  # noqa: E402
 from workbench.compile.tasks import FAILED_RUN_SECS, extract_tasks, tuning_module  # noqa: E402
-from workbench.stages import optimized_module  # noqa: E402
 from workbench.config import load_experiment  # noqa: E402
+from workbench.stages import optimized_module  # noqa: E402
 
 NEAR_BEST = 1.05
 

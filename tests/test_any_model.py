@@ -12,11 +12,11 @@ from workbench.compile.build import build_lowered
 from workbench.compile.targets import make_target
 from workbench.compile.tasks import extract_tasks, tuning_module
 from workbench.config import TargetConfig, validate
+from workbench.config.pipeline_spec import parse_text
 from workbench.measure.runners import ort_runner, tvm_runner
 from workbench.models import zoo
 from workbench.passes.figures import count_ops
 from workbench.passes.pipeline import run_pipeline
-from workbench.config.pipeline_spec import parse_text
 
 NHWC_PACKED = "fold_constant,fold_batchnorm,convert_layout(conv2d=NHWC),fold_constant,pack_conv2d,fuse,dce"
 

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from workbench.compile.databases import TARGET_FILE, choose_database
+from workbench.compile.databases import TARGET_FILE, choose_database, open_database
 from workbench.compile.targets import make_target
-from workbench.compile.databases import open_database
 from workbench.compile.tasks import extract_tasks, plan, tuning_module
-from workbench.stages import optimized_module
 from workbench.config import load_experiment
+from workbench.stages import optimized_module
 
 TUNED_CONFIGS = ["quickstart", "mobilenet_block", "transformer_block", "rapidocr_det"]
 

@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from workbench.config import apply_override, load_experiment, validate
-from workbench.errors import UserError
 from workbench.config.pipeline_spec import parse_text
+from workbench.errors import UserError
 
 BASE = {"name": "t", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]}}}
 

@@ -7,6 +7,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from test_precision import calls
 
 from workbench.compile.build import build_lowered
 from workbench.config.pipeline_spec import parse_text
@@ -15,8 +16,6 @@ from workbench.measure.runners import tvm_runner
 from workbench.models.importer import import_to_relax
 from workbench.passes.figures import count_ops
 from workbench.passes.pipeline import run_pipeline
-
-from test_precision import calls
 
 TO_PACKED = "conv1d_as_conv2d,convert_layout(conv2d=NHWC),fold_constant,pack_conv2d"
 

@@ -6,11 +6,11 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from workbench.compile.build import build_lowered
+from workbench.config.pipeline_spec import parse_text
 from workbench.measure.runners import tvm_runner
 from workbench.models.importer import import_to_relax
 from workbench.passes.figures import count_ops
 from workbench.passes.pipeline import run_pipeline
-from workbench.config.pipeline_spec import parse_text
 
 
 def upsampler(kernel: int, stride: int) -> onnx.ModelProto:

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from workbench.errors import UserError
-from workbench.stages.side_by_side import COMPARED, bench
 from workbench.models import zoo
 from workbench.models.corpus import load_corpus
+from workbench.stages.side_by_side import COMPARED, bench
 
 ROOT = Path(__file__).resolve().parent.parent
 # the models ../shared/models/README.md lists, and the ones added for op families it lacks

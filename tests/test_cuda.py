@@ -14,15 +14,15 @@ import tvm
 from tvm import relax
 
 from workbench.compile.build import build_lowered
-from workbench.kernels.lowering import schedule_passes
-from workbench.config import TargetConfig, validate
 from workbench.compile.cuda_report import NVCC_ENV, find_nvcc, kernel_report
+from workbench.compile.targets import make_target
+from workbench.config import TargetConfig, validate
+from workbench.config.pipeline_spec import PassSpec
 from workbench.errors import UserError
 from workbench.experiment import run_experiment
+from workbench.kernels.lowering import schedule_passes
 from workbench.models.sources import resolve_source
 from workbench.passes.pipeline import run_pipeline
-from workbench.config.pipeline_spec import PassSpec
-from workbench.compile.targets import make_target
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (CUDA toolkit absent)")
 needs_gpu = pytest.mark.skipif(not tvm.cuda(0).exist, reason="no CUDA device on this machine")
@@ -161,8 +161,8 @@ def test_rpc_measures_an_llvm_build_remotely_and_matches_the_local_run(rpc_track
         assert result["measurements"][label]["median_ms"] > 0 and result["measurements"][label]["repeats"] == 3
         assert result["accuracy"][label]["ok"], result["accuracy"][label]
 
-    from workbench.runtime.rpc import connect
     from workbench.measure.runners import tvm_runner
+    from workbench.runtime.rpc import connect
 
     gc.collect()  # the run's RPC session (its server's only slot) is released when its objects are collected
     _, mod = zoo_relax("convnet_small")  # inputs x: [1, 3, 64, 64]

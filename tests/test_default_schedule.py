@@ -8,13 +8,13 @@ from tvm import relax
 from tvm.target.codegen import target_has_features
 
 from workbench.compile.build import build_lowered, legalized
-from workbench.kernels.default_schedule import default_schedule
-from workbench.kernels.loop_schedule import loop_schedule
 from workbench.compile.targets import make_target
 from workbench.config import TargetConfig
+from workbench.config.pipeline_spec import parse_text
+from workbench.kernels.default_schedule import default_schedule
+from workbench.kernels.loop_schedule import loop_schedule
 from workbench.measure.runners import tvm_runner
 from workbench.passes.pipeline import run_pipeline
-from workbench.config.pipeline_spec import parse_text
 
 HOST = make_target(TargetConfig())  # this machine's CPU
 

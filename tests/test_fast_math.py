@@ -6,14 +6,14 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
+from workbench.compile.build import build_lowered
+from workbench.config.pipeline_spec import parse_text
 from workbench.errors import UserError
+from workbench.measure.runners import tvm_runner
 from workbench.models.importer import import_to_relax
+from workbench.passes.analysis import module_stats
 from workbench.passes.figures import count_ops
 from workbench.passes.pipeline import run_pipeline
-from workbench.config.pipeline_spec import parse_text
-from workbench.passes.analysis import module_stats
-from workbench.measure.runners import tvm_runner
-from workbench.compile.build import build_lowered
 
 EXACT_OPS = ("relax.erf", "relax.exp", "relax.tanh", "relax.nn.softmax", "relax.nn.gelu", "relax.sigmoid")
 

@@ -6,10 +6,10 @@ import tvm
 from tvm import relax
 
 from workbench.compile.build import build_lowered
-from workbench.passes.figures import count_ops
-from workbench.passes.pipeline import run_pipeline
 from workbench.config.pipeline_spec import parse_text
 from workbench.measure.runners import ort_runner, tvm_runner
+from workbench.passes.figures import count_ops
+from workbench.passes.pipeline import run_pipeline
 
 
 def constants(mod):

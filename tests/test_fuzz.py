@@ -5,8 +5,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench.config import apply_override, load_experiment, validate
-from workbench.errors import UserError
 from workbench.config.pipeline_spec import parse_text, to_text
+from workbench.errors import UserError
 
 KEYS = ["name", "model", "source", "inputs", "x", "shape", "dtype", "range", "file", "pipeline", "baselines",
         "measure", "repeat", "warmup", "accuracy", "reference", "target", "kind", "seed", "output", "fuse", "mesure"]

@@ -6,14 +6,13 @@ import logging
 import numpy as np
 import pytest
 import tvm
+from test_precision import calls, dtype, eval_inputs, infer
 from tvm import relax
 
+from workbench.config.pipeline_spec import parse_text
 from workbench.models import zoo
 from workbench.passes import calibration
 from workbench.passes.pipeline import run_pipeline
-from workbench.config.pipeline_spec import parse_text
-
-from test_precision import calls, dtype, eval_inputs, infer
 
 
 def primfuncs(mod: tvm.IRModule) -> dict[str, tvm.tirx.PrimFunc]:

@@ -10,6 +10,9 @@ import platform
 import numpy as np
 import pytest
 import tvm
+from test_int8 import primfuncs
+from test_int8_codegen import asm, instructions
+from test_precision import eval_inputs
 from tvm import relax
 from tvm.target import codegen
 
@@ -21,16 +24,12 @@ from workbench.config import TargetConfig
 from workbench.config.pipeline_spec import parse_text
 from workbench.kernels.default_schedule import default_schedule
 from workbench.kernels.packed_conv import AVX2_U8S8, VNNI_U8S8, emit_conv2d, emit_matmul, int8_kind
-from workbench.kernels.x86_int8 import AVX2_DOT_16x4, AVX2_WEIGHT_MAX
+from workbench.kernels.x86_int8 import AVX2_WEIGHT_MAX, AVX2_DOT_16x4
 from workbench.measure.runners import ort_runner, tvm_runner
 from workbench.models import zoo
 from workbench.passes import calibration
 from workbench.passes.int8 import lower_int8, weight_qmax
 from workbench.passes.pipeline import run_pipeline
-
-from test_int8 import primfuncs
-from test_int8_codegen import asm, instructions
-from test_precision import eval_inputs
 
 x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 code")
 NHWC_INT8 = "fold_batchnorm,convert_layout(conv2d=NHWC:OHWI),quantize(activations={},execute=int8),fuse"

@@ -8,14 +8,14 @@ import re
 
 import pytest
 import tvm
-from tvm import te, s_tir
+from tvm import s_tir, te
 
 from workbench.compile.build import build_lowered
 from workbench.compile.cuda_report import compile_ptx, cuda_source, find_nvcc
 from workbench.compile.targets import make_target
 from workbench.config import TargetConfig
-from workbench.passes.pipeline import run_pipeline
 from workbench.config.pipeline_spec import parse_text
+from workbench.passes.pipeline import run_pipeline
 
 x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 assembly")
 

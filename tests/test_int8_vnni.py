@@ -9,24 +9,23 @@ import platform
 import numpy as np
 import pytest
 import tvm
-from tvm.s_tir import meta_schedule as ms
-
-from workbench.compile.build import build_lowered
-from workbench.compile.targets import make_target
-from workbench.compile.design_spaces import tune_context
-from workbench.compile.tasks import extract_tasks, tuning_module
-from workbench.compile.tune import tune_tasks
-from workbench.config import TargetConfig, TuningConfig
-from workbench.measure.runners import tvm_runner
-from workbench.models import zoo
-from workbench.kernels.x86_int8 import VNNI_DOT_16x4
-from workbench.kernels.packed_conv import VNNI_U8S8, pack_weight, vnni_target
-from workbench.passes.pipeline import run_pipeline
-from workbench.config.pipeline_spec import parse_text
-
 from test_int8 import param_dtypes, primfuncs
 from test_int8_codegen import asm, instructions
 from test_precision import eval_inputs, infer
+from tvm.s_tir import meta_schedule as ms
+
+from workbench.compile.build import build_lowered
+from workbench.compile.design_spaces import tune_context
+from workbench.compile.targets import make_target
+from workbench.compile.tasks import extract_tasks, tuning_module
+from workbench.compile.tune import tune_tasks
+from workbench.config import TargetConfig, TuningConfig
+from workbench.config.pipeline_spec import parse_text
+from workbench.kernels.packed_conv import VNNI_U8S8, pack_weight, vnni_target
+from workbench.kernels.x86_int8 import VNNI_DOT_16x4
+from workbench.measure.runners import tvm_runner
+from workbench.models import zoo
+from workbench.passes.pipeline import run_pipeline
 
 CASCADELAKE = tvm.target.Target({"kind": "llvm", "mcpu": "cascadelake"})  # AVX-512 VNNI
 HASWELL = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})  # AVX2, no VNNI: the AVX2 kernel (test_int8_avx2.py)

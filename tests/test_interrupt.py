@@ -5,7 +5,6 @@ import signal
 from pathlib import Path
 
 import yaml
-
 from pause_points import held, hold_run_after_first_result_write, workbench_command
 
 

@@ -4,8 +4,8 @@ import time
 
 import numpy as np
 
-from workbench.models.accuracy import compare
 from workbench.measure.timing import summarize, time_call
+from workbench.models.accuracy import compare
 
 
 def test_time_call_measures_real_time_and_counts_calls():

@@ -4,9 +4,9 @@ among passes, and every pass they name is registered."""
 import pytest
 
 from workbench.config import validate
-from workbench.errors import UserError
 from workbench.config.named_pipelines import NAMED_PIPELINES
 from workbench.config.pipeline_spec import to_text
+from workbench.errors import UserError
 from workbench.passes.library import all_passes, lookup
 
 BASE = {"name": "t", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]}}}

@@ -6,14 +6,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import yaml
+from test_precision import eval_inputs
 
 from workbench.cli import main
-
 from workbench.measure.ort_quant import quantized_model
 from workbench.measure.runners import ort_runner
 from workbench.passes import calibration
-
-from test_precision import eval_inputs
 
 
 def test_ort_int8_is_quantized_close_and_cached(zoo_relax, tmp_path):

@@ -5,23 +5,21 @@ the kernel (kernels/packed_schedule.py), and tuning measuring that schedule firs
 import numpy as np
 import pytest
 import tvm
+from test_int8 import primfuncs
+from test_precision import calls, eval_inputs, infer
 from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.build import build_lowered
-from workbench.kernels.default_schedule import default_schedule
+from workbench.compile.targets import cpu_features, make_target
 from workbench.compile.tasks import extract_tasks, tuning_module
 from workbench.compile.tune import tune_tasks
-from workbench.compile.targets import cpu_features, make_target
 from workbench.config import TargetConfig, TuningConfig
+from workbench.config.pipeline_spec import parse_text
+from workbench.kernels.default_schedule import default_schedule
+from workbench.kernels.packed_conv import DEPTHWISE_FP32, FP32
 from workbench.measure.runners import ort_runner, tvm_runner
 from workbench.models import zoo
-from workbench.kernels.packed_conv import DEPTHWISE_FP32, FP32
 from workbench.passes.pipeline import run_pipeline
-from workbench.config.pipeline_spec import parse_text
-
-
-from test_int8 import primfuncs
-from test_precision import calls, eval_inputs, infer
 
 PACKED = "fold_batchnorm,convert_layout(conv2d=NHWC:OHWI),fold_constant,pack_conv2d"
 

@@ -7,12 +7,12 @@ from tvm import relax
 from tvm_ffi import structural_hash  # TVM 0.27 moved tvm.ir.structural_hash here
 
 from workbench.compile.build import build_lowered
-from workbench.errors import UserError
-from workbench.passes.patterns import PATTERNS, composites, pattern_kernels
-from workbench.passes.figures import count_kernels, count_ops
-from workbench.passes.pipeline import run_pipeline
 from workbench.config.pipeline_spec import parse_text
+from workbench.errors import UserError
 from workbench.measure.runners import ort_runner, tvm_runner
+from workbench.passes.figures import count_kernels, count_ops
+from workbench.passes.patterns import PATTERNS, composites, pattern_kernels
+from workbench.passes.pipeline import run_pipeline
 
 
 def inputs_for(model, seed=0):

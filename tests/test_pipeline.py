@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from workbench.compile.build import build_lowered, build_tvm_default
+from workbench.config.pipeline_spec import parse_text
 from workbench.errors import UserError
+from workbench.measure.runners import ort_runner, tvm_runner
 from workbench.passes.figures import count_ops
 from workbench.passes.pipeline import run_pipeline
-from workbench.config.pipeline_spec import parse_text
-from workbench.measure.runners import ort_runner, tvm_runner
 
 
 def inputs_for(model, seed=0):

@@ -3,8 +3,8 @@
 import pytest
 import yaml
 
-from workbench.errors import UserError
 from workbench.config.pipeline_spec import PassSpec, from_yaml, parse_text, to_text
+from workbench.errors import UserError
 
 
 def test_parse_text_with_params_and_nesting():

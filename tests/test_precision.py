@@ -8,15 +8,15 @@ import tvm
 from tvm import relax
 
 from workbench.compile.build import build_lowered
+from workbench.config.pipeline_spec import parse_text
 from workbench.errors import UserError
+from workbench.measure.runners import tvm_runner
 from workbench.models import zoo
 from workbench.models.canonicalize import InputSpec, canonicalize
 from workbench.models.importer import import_to_relax
 from workbench.models.sources import resolve_source
 from workbench.passes import calibration
 from workbench.passes.pipeline import run_pipeline
-from workbench.config.pipeline_spec import parse_text
-from workbench.measure.runners import tvm_runner
 
 RAPIDOCR = "pkg:rapidocr-onnxruntime==1.4.4/rapidocr_onnxruntime/models/"
 RAPIDOCR_CLS = RAPIDOCR + "ch_ppocr_mobile_v2.0_cls_infer.onnx"

@@ -15,10 +15,10 @@ from tvm import relax
 
 from workbench.cli import main
 from workbench.compile.build import build_lowered
+from workbench.config import load_experiment
 from workbench.measure import profile as profile_module
 from workbench.measure.profile import VM_BUILTINS, ort_profile, tvm_profile
 from workbench.passes.pipeline import run_pipeline
-from workbench.config import load_experiment
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,8 @@
 
 import matplotlib.image
 from rich.console import Console
-
 from test_results import sample_result
+
 from workbench.record.report import console_table, latency_chart, latency_figure, summary_rows, write_report
 from workbench.record.result import RunResult
 

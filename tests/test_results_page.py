@@ -4,8 +4,7 @@ import csv
 
 import pytest
 
-from workbench.record.parity import (ParityPoint, geomean_by_checkpoint, minutes_to_parity, parity_figure,
-                                     write_parity)
+from workbench.record.parity import ParityPoint, geomean_by_checkpoint, minutes_to_parity, parity_figure, write_parity
 from workbench.record.results_page import Machine, cpu_name, write_results_page
 
 

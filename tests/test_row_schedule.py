@@ -3,6 +3,7 @@
 
 import numpy as np
 import pytest
+from test_default_schedule import HOST, kernels, loops_and_blocks, module, run_built
 from tvm import relax
 from tvm.target.codegen import llvm_get_vector_width
 
@@ -11,8 +12,6 @@ from workbench.kernels.default_schedule import default_schedule
 from workbench.kernels.loop_schedule import loop_schedule
 from workbench.kernels.row_schedule import row_schedule
 from workbench.passes.pipeline import run_pipeline
-
-from test_default_schedule import HOST, kernels, loops_and_blocks, module, run_built
 
 
 def softmax_ref(x: np.ndarray) -> np.ndarray:

@@ -12,12 +12,11 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from pause_points import held
 
 from workbench.cli import main
 from workbench.errors import UserError
 from workbench.sweep.spec import load_sweep
-
-from pause_points import held
 
 BASE = {
     "name": "sw",
@@ -271,6 +270,7 @@ def test_an_idle_worker_does_not_take_a_second_run_of_the_ir_a_busy_worker_is_bu
 
 def _sweep_writer(path, worker, start):
     from test_results import sample_result, typed
+
     from workbench.sweep.spec import Variant
     from workbench.sweep.store import SweepStore
 

@@ -17,25 +17,30 @@ import numpy as np
 import pytest
 import tvm
 import yaml
+from pause_points import Held, held, hold_tune_in_first_measured_batch, workbench_command
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
-from workbench.compile.build import build_lowered
 from workbench.cli import main
-from workbench.compile.databases import RECORDS_FILE
-from workbench.compile.targets import make_target, target_key
-from workbench.config import TargetConfig, TuningConfig, load_experiment
-from workbench.errors import UserError
-from workbench.config.pipeline_spec import parse_text
-from workbench.passes.pipeline import run_pipeline
-from workbench.compile.databases import open_database
+from workbench.compile.build import build_lowered
+from workbench.compile.databases import RECORDS_FILE, open_database
 from workbench.compile.design_spaces import tune_context
+from workbench.compile.targets import make_target, target_key
 from workbench.compile.tasks import TaskResult, extract_tasks, plan, tuning_module, tuning_target
-from workbench.compile.tune import (MS_LOGGER, hottest, make_builder, make_cost_model, make_runner, task_log_path,
-                                    tune_tasks)
+from workbench.compile.tune import (
+    MS_LOGGER,
+    hottest,
+    make_builder,
+    make_cost_model,
+    make_runner,
+    task_log_path,
+    tune_tasks,
+)
 from workbench.compile.warm_model import XGB_WARMUP_SAMPLES
-
-from pause_points import Held, held, hold_tune_in_first_measured_batch, workbench_command
+from workbench.config import TargetConfig, TuningConfig, load_experiment
+from workbench.config.pipeline_spec import parse_text
+from workbench.errors import UserError
+from workbench.passes.pipeline import run_pipeline
 
 HOST_KEY = target_key(make_target(TargetConfig()))  # llvm-<this machine's CPU>
 TUNED_TRIALS = 9  # the default schedule's record, then one batch of 8 searched

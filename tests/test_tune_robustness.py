@@ -11,11 +11,10 @@ import logging
 
 import pytest
 import tvm
+from test_similar_schedules import HOST, task
+from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
-from tvm import relax
-
-from test_similar_schedules import HOST, task
 from workbench.compile.databases import RECORDS_FILE, open_database, tuning_folder
 from workbench.compile.design_spaces import postprocs, search_mutators, tune_context
 from workbench.compile.similar_workloads import adapt

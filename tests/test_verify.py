@@ -18,15 +18,21 @@ from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.build import legalized
 from workbench.compile.databases import RECORDS_FILE
-from workbench.kernels.default_schedule import default_schedule
 from workbench.compile.targets import make_target
 from workbench.compile.tasks import extract_tasks, tuning_module
 from workbench.compile.tune import tune_tasks
-from workbench.compile.verify import (agrees, positive_params, random_args, reject_wrong_best, run_kernel,
-                                      untuned_reference)
+from workbench.compile.verify import (
+    agrees,
+    positive_params,
+    random_args,
+    reject_wrong_best,
+    run_kernel,
+    untuned_reference,
+)
 from workbench.config import TargetConfig, TuningConfig
-from workbench.passes.pipeline import run_pipeline
 from workbench.config.pipeline_spec import parse_text
+from workbench.kernels.default_schedule import default_schedule
+from workbench.passes.pipeline import run_pipeline
 
 HOST = make_target(TargetConfig())
 

@@ -27,10 +27,8 @@ from workbench.atomic import atomic_write_bytes
 from workbench.compile.build import Built, build_lowered, build_tvm_default
 from workbench.compile.cuda_report import kernel_report
 from workbench.compile.schedule_sources import ScheduleSources, schedule_sources
-from workbench.compile.targets import (GENERIC_CPU, describe, device_for, is_cuda, make_target, resolved,
-                                      target_key)
-from workbench.config import pipeline_spec
-from workbench.config import Experiment
+from workbench.compile.targets import GENERIC_CPU, describe, device_for, is_cuda, make_target, resolved, target_key
+from workbench.config import Experiment, pipeline_spec
 from workbench.config.baselines import BASELINES, WORKBENCH_LABEL, runs_on_tvm
 from workbench.errors import BaselineUnavailable, ReferenceFailed, UserError
 from workbench.measure.iree import iree_runner, iree_version

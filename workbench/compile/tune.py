@@ -32,8 +32,13 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from workbench.compile.databases import drop_records, open_database
-from workbench.compile.design_spaces import (SharedDatabase, measure_default_schedule, measure_shared_schedule,
-                                             search_mutators, tune_context)
+from workbench.compile.design_spaces import (
+    SharedDatabase,
+    measure_default_schedule,
+    measure_shared_schedule,
+    search_mutators,
+    tune_context,
+)
 from workbench.compile.interrupts import Interrupts
 from workbench.compile.targets import runs_here
 from workbench.compile.tasks import TaskResult, best_latency_us, mark_exhausted, plan, task_records, tuning_target

@@ -23,8 +23,14 @@ from tvm.s_tir import Schedule, ScheduleError
 from tvm.s_tir.dlight.analysis import SBlockInfo, normalize_prim_func
 from tvm.s_tir.dlight.analysis.common_analysis import collect_vars_used_in_prim_expr
 
-from workbench.kernels.loop_schedule import (iterations, largest_divisor, log_plain_loops, parallel_loops,
-                                             vector_lanes, vectorize_loop)
+from workbench.kernels.loop_schedule import (
+    iterations,
+    largest_divisor,
+    log_plain_loops,
+    parallel_loops,
+    vector_lanes,
+    vectorize_loop,
+)
 
 MIN_PARTIALS = 4  # fewer independent sums than this do not pay for the partials buffer
 

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
-                                      quantize_static)
+from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
 
 from workbench.atomic import atomic_write_bytes, atomic_write_text
 

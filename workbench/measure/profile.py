@@ -26,8 +26,8 @@ import onnxruntime as ort
 import tvm
 from tvm import relax
 
-from workbench.runtime.threads import cpu_threads
 from workbench.measure.timing import time_call
+from workbench.runtime.threads import cpu_threads
 
 VM_BUILTINS = "(VM builtins and overhead: the rest of the plain latency)"
 

@@ -20,10 +20,10 @@ import tvm_ffi
 from tvm import relax, rpc
 
 from workbench.compile.build import Built
-from workbench.errors import BaselineUnavailable
-from workbench.runtime.threads import cpu_threads
-from workbench.measure.timing import Timing, summarize, time_call
 from workbench.compile.targets import device_for
+from workbench.errors import BaselineUnavailable
+from workbench.measure.timing import Timing, summarize, time_call
+from workbench.runtime.threads import cpu_threads
 
 
 @dataclass

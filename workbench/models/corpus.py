@@ -12,8 +12,16 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from workbench.config import (AccuracyConfig, BaselineName, Experiment, ModelConfig, Strict, describe_error, read_yaml,
-                              validate)
+from workbench.config import (
+    AccuracyConfig,
+    BaselineName,
+    Experiment,
+    ModelConfig,
+    Strict,
+    describe_error,
+    read_yaml,
+    validate,
+)
 from workbench.errors import UserError
 from workbench.models import zoo
 from workbench.models.sources import PKG_PREFIX, ZOO_PREFIX, parse_pkg_source

@@ -14,8 +14,7 @@ import warnings
 
 import onnx
 import tvm
-from tvm.relax.frontend.onnx import from_onnx
-from tvm.relax.frontend.onnx import onnx_frontend
+from tvm.relax.frontend.onnx import from_onnx, onnx_frontend
 
 from workbench.errors import UserError
 from workbench.models.canonicalize import model_opset

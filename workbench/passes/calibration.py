@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.models.accuracy import compare
 from workbench.errors import UserError
+from workbench.models.accuracy import compare
 from workbench.models.inputs import DEFAULT_RANGES
 
 METHODS = ("minmax", "percentile", "entropy")

@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from tvm import relax
 
 from workbench.passes.clip import clip_as_ops
-from workbench.passes.operands import constants_last
 from workbench.passes.figures import count_ops, report_analysis
+from workbench.passes.operands import constants_last
 from workbench.passes.registry import register
 from workbench.passes.stack import stack_as_concat
 

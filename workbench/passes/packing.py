@@ -20,7 +20,6 @@ from workbench.passes.figures import report_analysis
 from workbench.passes.registry import register
 from workbench.passes.rewrite import op_rewrite_pass, rewrite_calls
 
-
 NHWC_FROM_NCHW, NCHW_FROM_NHWC = [0, 2, 3, 1], [0, 3, 1, 2]
 
 

@@ -21,8 +21,8 @@ from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern
 
 from workbench.errors import UserError
-from workbench.passes.registry import register
 from workbench.passes.figures import report_analysis
+from workbench.passes.registry import register
 
 PATTERN_ATTR = "workbench.pattern"
 

@@ -18,8 +18,8 @@ import tvm
 import tvm_ffi
 
 from workbench.atomic import atomic_write_text
-from workbench.errors import UserError
 from workbench.config.pipeline_spec import PassSpec
+from workbench.errors import UserError
 from workbench.passes.analysis import module_stats
 from workbench.passes.figures import ANALYSIS, count_ops
 from workbench.passes.library import lookup

@@ -19,8 +19,8 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from workbench.errors import UserError
 from workbench.passes import calibration
 from workbench.passes.clip import clip_as_ops
-from workbench.passes.int8 import lower_int8, weight_qmax
 from workbench.passes.figures import report_analysis
+from workbench.passes.int8 import lower_int8, weight_qmax
 from workbench.passes.registry import register
 from workbench.passes.rewrite import rewrite_functions
 

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import tvm
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from workbench.errors import UserError
 from workbench.config.pipeline_spec import PassSpec
+from workbench.errors import UserError
 
 FAMILIES = ("fusion", "folding", "cleanup", "layout", "precision", "analysis")
 

@@ -12,8 +12,8 @@ import io
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 from pathlib import Path
+from typing import Literal
 
 from matplotlib.figure import Figure  # a bare Figure renders with Agg, with no pyplot state or GUI backend
 

@@ -20,7 +20,6 @@ from workbench.atomic import atomic_write_text
 from workbench.record.report import number_text, save_png
 from workbench.record.results_page import Machine, write_results_page
 
-
 CHECKPOINT_PASSED = "checkpoint passed"  # a point's note where the previous step's last round ran past its checkpoint
 
 

@@ -21,8 +21,8 @@ from workbench.compile.build import Built, build_lowered
 from workbench.compile.targets import make_target
 from workbench.config import Experiment
 from workbench.config.pipeline_spec import PassSpec
-from workbench.models.importer import import_to_relax
 from workbench.models.canonicalize import FoldReport
+from workbench.models.importer import import_to_relax
 from workbench.models.inputs import canonical_model, make_inputs
 from workbench.passes.pipeline import PassRecord, run_pipeline
 

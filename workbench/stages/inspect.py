@@ -22,8 +22,15 @@ from workbench.models.canonicalize import FoldReport, InputSpec, canonicalize
 from workbench.models.importer import unsupported_ops
 from workbench.models.recurrent import RECURRENT_OPS
 from workbench.models.sources import PKG_PREFIX, ZOO_PREFIX, parse_pkg_source, resolve_source
-from workbench.models.summary import (InputInfo, OpRow, dynamic_message, fixed_shapes, inputs_snippet,
-                                      model_inputs, op_histogram)
+from workbench.models.summary import (
+    InputInfo,
+    OpRow,
+    dynamic_message,
+    fixed_shapes,
+    inputs_snippet,
+    model_inputs,
+    op_histogram,
+)
 from workbench.record.report import changed_ops
 from workbench.stages import optimize, prepare
 

@@ -35,8 +35,8 @@ def variants_table(sweep: Sweep):
 
 
 def cmd_sweep(args: argparse.Namespace, stdout: Console, stderr: Console) -> int:
-    from workbench.sweep.report import console_table, write_sweep_report
     from workbench.sweep.driver import run_sweep
+    from workbench.sweep.report import console_table, write_sweep_report
 
     sweep = load_sweep(Path(args.sweep_file), Path.cwd(), list(args.set or []))
     args.log_dir = sweep.output

@@ -31,11 +31,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, PositiveFloat, PositiveInt, Tag, ValidationError
 
-from workbench.config import (RESULTS_STORE, Strict, TuningConfig, apply_override, describe_error, read_yaml,
-                              validate)
-from workbench.errors import UserError
-from workbench.config import pipeline_spec
+from workbench.config import (
+    RESULTS_STORE,
+    Strict,
+    TuningConfig,
+    apply_override,
+    describe_error,
+    pipeline_spec,
+    read_yaml,
+    validate,
+)
 from workbench.config.pipeline_spec import PassSpec
+from workbench.errors import UserError
 
 SWEEP_MARKER = "sweep.json"
 DATABASE_DEFAULT = "schedules"  # a tuned sweep's database root inside its output folder, unless configured

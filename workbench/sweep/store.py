@@ -10,7 +10,6 @@ from typing import Any
 from workbench.record.result import RunResult
 from workbench.sweep.spec import Variant
 
-
 SWEEP_SCHEMA = """
 CREATE TABLE IF NOT EXISTS sweep_variants (
     id TEXT PRIMARY KEY,

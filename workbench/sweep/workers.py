@@ -23,7 +23,6 @@ from workbench.runtime.threads import TVM_THREADS_ENV, cpu_threads
 from workbench.sweep.spec import Sweep, ir_key
 
 
-
 @dataclass(frozen=True)
 class WorkerSetup:
     plugins: tuple[str, ...]
