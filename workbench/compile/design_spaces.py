@@ -1,7 +1,7 @@
 """Where MetaSchedule's search starts for each task: its design space (schedule rules, postprocessors, mutators)
 and the workbench's own schedule as its first candidate.
 
-- Importing `tvm.s_tir.tensor_intrin` costs ~50 s here (it parses every tensor intrinsic); MetaSchedule does it in
+- Importing `tvm.s_tir.tensor_intrin` parses every tensor intrinsic (tens of seconds); MetaSchedule does it in
   every TuneContext. Kernels without low-precision buffers get the plain rules of their target kind (llvm, cuda)
   instead of the VNNI/AVX-512 or tensor-core ones MetaSchedule picks for CPUs and GPUs that have them, so their
   contexts need no import. The int8 path's u8 x s8 kernels on an x86 CPU with AVX2 get those llvm rules plus a
@@ -68,7 +68,7 @@ def dot_space(intrinsic: str) -> ms.space_generator.PostOrderApply:
 def _space_generator(task: ms.ExtractedTask) -> ms.space_generator.SpaceGenerator | str:
     """Kernels that cannot use tensor intrinsics (no fp16/bf16/int8 buffers) get the plain rules of their target
     kind. MetaSchedule would pick tensor-core rules for CUDA sm_70+ and VNNI/AVX-512 rules for x86 CPUs that
-    have them: they help only low-precision kernels and need the ~50 s `tvm.s_tir.tensor_intrin` import.
+    have them: they help only low-precision kernels and need the slow `tvm.s_tir.tensor_intrin` import.
     u8 x s8 kernels on an x86 CPU with AVX2 get `dot_space` (the workbench's own intrinsic, VNNI or AVX2, no
     import)."""
     kind = task.target.kind.name

@@ -11,10 +11,11 @@ Choices that are not MetaSchedule's defaults, and why:
   start from what earlier ones measured.
 - XGBoost's `num_warmup_samples` is 8, not 100: with budgets of tens of trials per task the default
   would never train, and the search would stay random.
-- The evolutionary search keeps a population of 128, not 512: sampling 512 schedules costs ~5 s a
-  round here, which dominates small budgets.
-- Importing `tvm.s_tir.tensor_intrin` costs ~50 s here; by default MetaSchedule does it in every fresh builder
-  worker (so builds time out). The builder's `f_build` is `workbench_build`, which skips it.
+- The evolutionary search keeps a population of 128, not 512: sampling scales with the population, and at 512 it
+  dominates the small budgets tuning runs here (scripts/bench_tuning.py times rounds).
+- Importing `tvm.s_tir.tensor_intrin` parses every tensor intrinsic (tens of seconds); by default MetaSchedule does
+  it in every fresh builder worker, so builds time out. The builder's `f_build` is `workbench_build`, which skips
+  it.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 vectorized.
 
 TVM's CPU pipeline leaves untuned kernels as plain loops: one thread, intermediate buffers between the fused
-ops, and reductions walking memory in whatever order the op's axes come. On rapidocr det in NHWC with packed
-convs that left ~60% of the untuned time in such kernels (a pixel shuffle 17.6 ms, an NHWC mean over H and W
-11.2 ms, striding C apart on every step). Here each elementwise stage is inlined into its consumer, the outer
+ops, and reductions walking memory in whatever order the op's axes come (an NHWC mean over H and W strides C
+apart on every step); on a detector in NHWC with packed convs most of the untuned time was in such kernels
+(docs/results/ops_<cpu>.md measures each op class). Here each elementwise stage is inlined into its consumer, the outer
 loops run in parallel and the innermost, contiguous one is vectorized; a reduction whose read is contiguous
 along a spatial axis (NHWC mean over H, W) has that axis moved inside the reduction loops and vectorized.
 Contractions (a reduction over two or more inputs: convs, matmuls) are left as they were here: matmuls get

@@ -5,12 +5,10 @@ loaded once: for int8 on a VNNI CPU one `vpdpbusd` per pixel and 4 input channel
 `vpmaddubsw` + `vpmaddwd` pairs (tensorized with the kind's intrinsic, kernels/x86_int8.py), for fp32 one
 16-lane FMA per pixel and input channel (two explicit 8-lane vectors without AVX-512). Rows x channel blocks
 run in parallel, and the fused epilogue (scale, bias, activation, requantization) is computed per 8 pixels,
-vectorized. Measured on convnet_small (rocketlake): int8 0.24 ms against 0.21 ms after 16 tuned trials per
-kernel; fp32 0.42 ms against 17.5 ms for the untuned relax conv2d build (and 1.25 ms after 16 trials of
-MetaSchedule's own search; tuning now measures this schedule first, see compile/design_spaces.py). The int8 AVX2
-form keeps AVX2's 6 pixels (12 ymm sums, beside the broadcast activation, the vpmaddubsw result and the ones):
-convnet_small built for znver2 (run on rocketlake) took 3 to 6 pixels within 2% of each other (its widths are
-powers of two, so 5 and 6 are 4) and 8, all 16 ymm registers as sums, 17% longer.
+vectorized. Untuned it is within reach of a tuned build and far ahead of relax's plain conv2d loops (tuning
+measures this schedule first, see compile/design_spaces.py; scripts/bench_levers.py and scripts/bench_ops.py
+measure both). The int8 AVX2 form keeps AVX2's 6 pixels (12 ymm sums, beside the broadcast activation, the
+vpmaddubsw result and the ones): 8 pixels would take all 16 ymm registers as sums and spill.
 """
 
 from __future__ import annotations
@@ -35,16 +33,16 @@ def vector_lanes(target: tvm.target.Target) -> int:
 def pixels_per_step(target: tvm.target.Target) -> int:
     """Output pixels whose 16-channel sums one weight block is used for: 8 zmm accumulators on AVX-512; on AVX2
     16 channels are two ymm registers, so 6 pixels are 12 accumulators, beside 2 weight vectors and a broadcast
-    in the 16 ymm registers (det's 96->24 3x3 conv at 160x160: 9.2 ms with 4 pixels, 7.5 with 5)."""
+    in the 16 ymm registers (fewer pixels leave registers idle and reload the weight block more often)."""
     return 8 if vector_lanes(target) == 16 else 6
 
 
 def pixel_step(width: int, pixels: int, cut_short: bool = True) -> int:
     """Output pixels per step: the largest divisor of the row's width up to `pixels`, or `pixels` with the last
     step cut short (a predicate) where that divisor is under half of it: a prime width (YOLO's 13x13 head, a
-    Conv1d's 131) ran one pixel a step, one accumulator and an FMA latency per input channel (13x13, 64 -> 64
-    channels: 0.75 -> 0.12 ms). The predicate costs: Magika's 508-wide row took 2x longer at 8 pixels with it
-    than at 4 without. An integer kind never cuts short (`cut_short`): its dot-product intrinsic does not
+    Conv1d's 131) ran one pixel a step, one accumulator and an FMA latency per input channel. The predicate costs
+    too, so a divisor of at least half the step is taken without one (Magika's 508-wide row: 4 pixels, no
+    predicate). An integer kind never cuts short (`cut_short`): its dot-product intrinsic does not
     tensorize under a predicate."""
     divisor = largest_divisor(width, pixels)
     return divisor if not cut_short or divisor == width or 2 * divisor >= pixels else pixels
@@ -53,12 +51,11 @@ def pixel_step(width: int, pixels: int, cut_short: bool = True) -> int:
 def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) -> None:
     """Apply the fixed schedule to the packed conv (and its fused epilogue) in `sch`'s main function. With fewer
     vector `lanes` than the block's 16 channels (AVX2), the channels are split into vectors of `lanes` explicitly:
-    left to LLVM, the 16-wide fp32 block became one ymm and the other half rebuilt with shuffles each step
-    (convnet_small's 16->16 3x3 conv: 142 -> 115 us)."""
+    left to LLVM, the 16-wide fp32 block became one ymm and the other half rebuilt with shuffles each step."""
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     conv = next(b for b in blocks if sch.get(b).annotations.get(KERNEL_MARK) == kind.name)
     # without an epilogue the sums would be the output buffer itself, a parameter LLVM does not keep in registers
-    # across the reduction: a write-back block gives them a buffer of their own (Magika's conv: 6.8 -> 2.2 ms)
+    # across the reduction: a write-back block gives them a buffer of their own, kept in registers
     epilogue = blocks[blocks.index(conv) + 1:] or [sch.cache_write(conv, 0, "global")]
     batch, row, col, channel_block, channel, kh, kw, *in_blocks = sch.get_loops(conv)  # depthwise: no in_blocks
     step = pixel_step(int(sch.get(col).extent), pixels, cut_short=kind.dot is None)

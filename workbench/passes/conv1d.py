@@ -2,8 +2,8 @@
 
 TVM 0.27 lowers relax.nn.conv1d to a plain loop nest that no default schedule covers, and `convert_layout` and
 `pack_conv2d` only know conv2d: on the zoo's byte classifier (Magika's shape, Conv1d over 512 byte embeddings)
-two conv1d kernels took 80% of an untuned run, 1.2 ms against ONNX Runtime's 0.07. ONNX Runtime itself runs a
-Conv1d as a 2-D conv with height 1. Here
+the conv1d kernels took most of an untuned run. ONNX Runtime itself runs a Conv1d as a 2-D conv with height 1.
+Here
 
     conv1d(x [N, C, W], w [O, C/g, K]) = squeeze(conv2d(x [N, C, 1, W], w [O, C/g, 1, K]), axis 2)
 

@@ -7,8 +7,8 @@ With kernel == stride (and no padding), every output pixel gets exactly one inpu
 which is a 1x1 conv2d to O*k*k channels (weight W permuted to [O, k, k, C]) followed by a reshape /
 permute_dims / reshape that interleaves the k*k channel groups into the pixels (depth-to-space). TVM
 lowers conv2d_transpose as a dilated input padded and convolved, so most of its multiply-adds are with
-zeros: on rapidocr det's two upsampling layers (k = 2) that took 27 + 12 ms of a 250 ms run against ONNX
-Runtime's 3 ms. The 1x1 conv is a GEMM MetaSchedule tunes like any other, and once no conv2d_transpose is
+zeros (k*k - 1 of every k*k for kernel == stride), and a detector's upsampling layers took a large share of its
+run. The 1x1 conv is a GEMM MetaSchedule tunes like any other, and once no conv2d_transpose is
 left the model can also take `convert_layout` (TVM 0.27 lowers conv2d_transpose in NCHW only).
 """
 

@@ -1,7 +1,7 @@
 """pack_conv2d: fp32 conv2d with a constant weight as the packed kernel (packed_conv.py), for CPUs.
 
-relax conv2d legalizes to a plain loop nest that an untuned CPU build runs as it is (convnet_small: 17.5 ms
-against ONNX Runtime's 0.25 ms); the packed kernel gets a fixed register-blocked schedule in the build
+relax conv2d legalizes to a plain loop nest that an untuned CPU build runs as it is, orders of magnitude behind
+ONNX Runtime (scripts/bench_levers.py); the packed kernel gets a fixed register-blocked schedule in the build
 (kernels/packed_schedule.py) and MetaSchedule tunes it like any kernel. The weight is packed here, once, to
 [O/16, KH, KW, C, 16] with zero weights padding O to 16; a depthwise conv (one output channel per input
 channel) takes the kernel's depthwise kind, [C/16, KH, KW, 16]; another grouped conv one kernel per group. Convs
@@ -50,8 +50,7 @@ def _one_column(x: relax.Expr, padding, w_ohwi) -> bool:
 
 def _grouped(builder: relax.BlockBuilder, x: relax.Expr, attrs, w_ohwi) -> relax.Expr:
     """A grouped conv that is not depthwise (ResNeXt, ShuffleNet) as one packed conv per group on its slice of the
-    input channels, concatenated: relax's grouped conv2d has no default schedule (27 ms against ONNX Runtime's
-    0.12 for 4 groups of 16 channels at 40x40)."""
+    input channels, concatenated: relax's grouped conv2d has no default schedule and runs as plain loops."""
     groups = int(attrs.groups)
     per_in, per_out = int(x.ty.shape[3]) // groups, w_ohwi.shape[0] // groups
     outs = []
@@ -134,7 +133,7 @@ def _packed_matmul(builder: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
 def pack_matmul(_params) -> tvm.transform.Pass:
     """fp32 matmuls by a constant [K, N] weight whose N (64 or more) is not a multiple of 16 as the packed kernel
     (a 1x1 conv over the rows, the weight padded to 16 columns once): the default matmul tile blocks columns by a
-    divisor of N, and a classifier head's N (PP-OCR's 6625 or 18385 classes) has none near a vector width: 26 ms
-    against ONNX Runtime's 0.37 for [40, 120] x [120, 6625]."""
+    divisor of N, and a classifier head's N (PP-OCR's 6625 or 18385 classes) has none near a vector width, so its
+    tile was one column wide."""
     return op_rewrite_pass("pack_matmul", "relax.matmul", _matmul_why_not, _packed_matmul, "matmul_packed",
                            "matmul_kept")

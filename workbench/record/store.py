@@ -95,7 +95,7 @@ class ResultsStore:
     def _retry_busy(self, step: Callable[[], object]) -> None:
         """Run `step`, retrying while the store is locked, up to the busy timeout. Needed when two processes
         open a fresh file at once: switching it to WAL can fail with 'database is locked' at once, without
-        SQLite's busy handler ever waiting (seen about 1 in 25 runs of the two-process test)."""
+        SQLite's busy handler ever waiting (tests/test_results.py's two-process test opens one at once)."""
         deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
         while True:
             try:
