@@ -189,8 +189,10 @@ def time_to_parity(experiment: Experiment, untuned: Row, args: argparse.Namespac
         spent, trials = 0.0, 0
         for checkpoint in args.checkpoints:
             if spent >= checkpoint:  # the previous step's last round ran past this checkpoint: nothing left to tune
-                points.append(replace(points[-1], checkpoint=checkpoint, note=f"{CHECKPOINT_PASSED}: the step to "
-                                      f"{points[-1].checkpoint:g} min ran to {spent:.2f} min"))
+                previous = points[-1]  # a failure's reason (a bench that failed) stays: the point is that one
+                points.append(replace(previous, checkpoint=checkpoint, note=previous.note if previous.failed else
+                                      f"{CHECKPOINT_PASSED}: the step to {previous.checkpoint:g} min ran to "
+                                      f"{spent:.2f} min"))
                 log(f"{checkpoint:g} min: already passed ({spent:.2f} min spent); its point is that measurement")
                 continue
             tuning = TuningConfig(minutes=checkpoint - spent, trials=1_000_000, trials_per_task=args.trials_per_task,

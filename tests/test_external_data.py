@@ -142,3 +142,18 @@ def test_weights_over_the_protobuf_limit_are_refused_up_front(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "big.onnx")]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "the model with its weights is 2.8 GiB, over the 2 GiB one ONNX protobuf can hold" in err
+
+
+def test_a_weights_file_that_is_a_symlink_loads(convnet, tmp_path):
+    """Hugging Face's cache keeps the files of a snapshot as symlinks into blobs/ (onnx's own loader refuses them)."""
+    saved = save_external(convnet, tmp_path / "export" / "net.onnx")
+    snapshot = tmp_path / "snapshots" / "x"
+    snapshot.mkdir(parents=True)
+    (snapshot / "net.onnx").write_bytes(saved.read_bytes())
+    blob = tmp_path / "blobs" / "0123abcd"
+    blob.parent.mkdir()
+    blob.write_bytes((saved.parent / "net.onnx.data").read_bytes())
+    (snapshot / "net.onnx.data").symlink_to("../../blobs/0123abcd")
+    loaded = resolve_source(str(snapshot / "net.onnx"), tmp_path)
+    assert {name: array.tobytes() for name, array in weights(loaded).items()} == \
+        {name: array.tobytes() for name, array in weights(convnet).items()}

@@ -160,3 +160,33 @@ def test_inspect_lists_the_shape_nodes_that_could_not_be_folded(tmp_path, capsys
     assert main(["inspect", str(path), "--input", "x=1x4x1x7", "--json"]) == 0
     (unfolded,) = json.loads(capsys.readouterr().out)["folding"]["unfolded"]
     assert unfolded["node"] == "gather" and unfolded["opset"] == 12 and unfolded["reason"]
+
+
+def test_a_model_that_names_the_default_domain_ai_onnx_folds_scalars_as_scalars():
+    """Some exporters import the default domain as "ai.onnx": the shape chain folds all the same, a Gather of a
+    scalar index to a scalar (ONNX Runtime's fallback once made it [2], and the Unsqueeze after it [[2]])."""
+    model = crnn_model()
+    del model.graph.node[-1]
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("sequence", TensorProto.FLOAT, ["W", "N", 4]))
+    del model.opset_import[:]
+    model.opset_import.append(helper.make_opsetid("ai.onnx", 12))
+    canonical = canonicalize(model, {"x": InputSpec((1, 4, 1, 7))})
+    names = {node.name for node in canonical.model.graph.node}
+    assert canonical.folding.unfolded == () and not {"shape", "gather", "unsqueeze", "concat"} & names
+    x = RNG.standard_normal((1, 4, 1, 7)).astype(np.float32)
+    np.testing.assert_array_equal(ort_run(canonical.model, {"x": x})[0], x[:, :, 0, :].transpose(2, 0, 1))
+
+
+def test_a_conversion_that_would_change_an_outputs_type_is_refused():
+    """Raising an opset-9 model with Slice-9 (an old form) to 13 would turn its Dropout mask output from float to
+    bool: refused with the node and what to do, never a model whose outputs changed meaning."""
+    graph = helper.make_graph(
+        [helper.make_node("Slice", ["x"], ["sliced"], axes=[1], starts=[1], ends=[3], name="slice"),
+         helper.make_node("Dropout", ["sliced"], ["y", "mask"], name="dropout")], "old",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2]),
+         helper.make_tensor_value_info("mask", TensorProto.FLOAT, [2, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    with pytest.raises(UserError, match=r"node 'slice' \(Slice, opset 9\): TVM's ONNX frontend converts this op "
+                                        r"correctly only from opset 10.*export the model at opset 13 or later"):
+        canonicalize(model, {"x": InputSpec((2, 4))})

@@ -168,3 +168,22 @@ def test_the_orderings_sweep_in_small_tunes_every_kernel_and_commits_only_record
         mod, search = found.dispatched[0], search_mutators(found)
         records = task_records(database, mod)
         assert len(records) == result.budget and all(misfit(mod, r.trace, search) is None for r in records)
+
+
+@pytest.mark.slow
+def test_the_same_error_in_every_task_stops_the_run_saying_it_is_not_a_tasks(convs, tmp_path):
+    """A runner or builder that is down fails every search the same way: after SAME_ERROR_TASKS tasks the run
+    stops with the reason instead of failing every task quietly."""
+    from workbench.compile.tune import SAME_ERROR_TASKS
+
+    third = task(lambda data, weight: relax.op.nn.conv2d(data, weight, padding=1), (1, 4, 10, 10), (8, 4, 3, 3))
+    tasks = [*convs, ms.ExtractedTask("conv_c", third.mod, third.target, third.dispatched, third.weight)]
+
+    def progress(result) -> None:
+        if result.trials_run and not result.failed:
+            raise RuntimeError("the runner is down")
+
+    assert SAME_ERROR_TASKS == len(tasks)
+    with pytest.raises(RuntimeError, match="the same error ended the search of 3 tasks, so it is not a task's: "
+                                           "RuntimeError: the runner is down"):
+        tune_tasks(tasks, HOST, SMALL, tuning_folder(tmp_path / "own", HOST), tmp_path / "logs", progress=progress)

@@ -55,6 +55,7 @@ from workbench.runtime.threads import target_threads, use_tvm_threads
 MS_LOGGER = "tvm.s_tir.meta_schedule"
 LOG_NAME_BYTES = 200  # a task's log file name, at most: file systems take 255, a fused kernel's name runs to 1000s
 POPULATION_SIZE = 128
+SAME_ERROR_TASKS = 3  # tasks whose searches failed with one error before it counts as the run's (a runner down)
 log = logging.getLogger("workbench.tuning")
 T = TypeVar("T")
 
@@ -244,10 +245,15 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
                     task_scheduler="round-robin",
                 )
 
-        def drop_misfits(index: int) -> int:
-            """Take the task's records that would break its search out of the database (logged); how many."""
+        def dropped_misfits(index: int) -> int:
+            """Take the task's records that would break its search out of the database (logged); how many (0 where
+            looking for them failed too)."""
             nonlocal database
-            misfits = _misfits(tasks[index], database)
+            try:
+                misfits = _misfits(tasks[index], database)
+            except Exception as error:  # noqa: BLE001 - a record that cannot even be mutated: the task fails instead
+                log.warning("%s: its records could not be checked: %s", tasks[index].task_name, one_line(error))
+                return 0
             for _record, reason in misfits:
                 log.warning("%s: a record that breaks its search is dropped from the database: %s",
                             tasks[index].task_name, reason)
@@ -261,20 +267,27 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
             A search that stops with an error (MetaSchedule's C++ search ends on a trace it cannot replay) costs
             that task, never the run: the task's records that would break a search are dropped and it searches
             once more from a new context (the failed one keeps its search's state); a second error, or one no
-            record explains, marks the task failed with the reason, and tuning goes on with the next."""
+            record explains, marks the task failed with the reason, and tuning goes on with the next, unless the same
+            error ended SAME_ERROR_TASKS tasks (then it is the run's: a runner or builder down) or it is an OSError."""
             task, result = tasks[index], results[index]
             before = result.trials_run
             for attempt in (1, 2):
                 try:
                     search(index, want - (result.trials_run - before))
                     break
+                except OSError:  # the machine's (a full disk, a lost file), not the task's
+                    raise
                 except Exception as error:  # noqa: BLE001 - see the docstring; OutOfTime may come back as RuntimeError
                     if clock.stopped == "minutes":
                         return
                     contexts[index] = _context(task, loggers[index], num_cores, rand_states[len(tasks) + index])
-                    if attempt == 2 or not drop_misfits(index):
+                    if attempt == 2 or not dropped_misfits(index):
                         result.failed = one_line(error)
                         log.warning("%s: its search failed and is skipped: %s", task.task_name, result.failed)
+                        if sum(other.failed == result.failed for other in results) >= SAME_ERROR_TASKS:
+                            raise RuntimeError(f"tuning stopped: the same error ended the search of "
+                                               f"{SAME_ERROR_TASKS} tasks, so it is not a task's: {result.failed}"
+                                               ) from error
                         return
             if result.trials_run - before < want:  # the search found nothing new to measure: the space is used up
                 result.exhausted = True

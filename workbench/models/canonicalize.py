@@ -38,6 +38,7 @@ DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
 # version converter (Upsample becomes Resize, Slice's attributes inputs, ...) before anything else sees it.
 OLD_FORMS = {"Upsample": 10, "Resize": 11, "Slice": 10, "TopK": 11, "ArgMax": 11, "ArgMin": 11}
 CONVERTED_OPSET = 13
+ONE_NODE_IR = 8  # a folded node's one-node model: an IR version every supported ONNX Runtime reads
 
 Dims = tuple[int, ...]
 
@@ -188,13 +189,26 @@ def _old_forms_converted(model: onnx.ModelProto) -> onnx.ModelProto | None:
     old = next((node for node in all_nodes(model.graph) if opset < OLD_FORMS.get(node.op_type, 0)), None)
     if old is None:
         return None
+    refusal = (f"node {old.name!r} ({old.op_type}, opset {opset}): TVM's ONNX frontend converts this op correctly "
+               f"only from opset {OLD_FORMS[old.op_type]}, and ONNX's version converter could not raise the model to "
+               f"opset {CONVERTED_OPSET}")
+    advice = f"export the model at opset {CONVERTED_OPSET} or later"
     try:
-        return version_converter.convert_version(model, CONVERTED_OPSET)
+        converted = version_converter.convert_version(model, CONVERTED_OPSET)
+        onnx.checker.check_model(converted, full_check=True)
     except Exception as exc:  # noqa: BLE001 - the converter raises many types for the adapters it lacks
-        raise UserError(f"node {old.name!r} ({old.op_type}, opset {opset}): TVM's ONNX frontend converts this op "
-                        f"correctly only from opset {OLD_FORMS[old.op_type]}, and ONNX's version converter could not "
-                        f"raise the model to opset {CONVERTED_OPSET} ({one_line(exc)}); export the model at opset "
-                        f"{CONVERTED_OPSET} or later") from exc
+        raise UserError(f"{refusal} ({one_line(exc)}); {advice}") from exc
+    if _signature(converted) != _signature(model):  # ONNX Runtime's reference runs the converted model too
+        raise UserError(f"{refusal} without changing its inputs' or outputs' types; {advice}")
+    return converted
+
+
+def _signature(model: onnx.ModelProto) -> list[tuple[str, int, tuple[int, ...] | None]]:
+    """The graph's inputs (name, element type, frozen shape) and outputs (name, element type: their declared dims
+    may be symbolic, and conversion may infer them)."""
+    inputs = [(v.name, v.type.tensor_type.elem_type, tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
+              for v in model.graph.input]
+    return inputs + [(v.name, v.type.tensor_type.elem_type, None) for v in model.graph.output]
 
 
 def _refuse_non_tensor_outputs(model: onnx.ModelProto) -> None:
@@ -360,7 +374,8 @@ def _fold_pass(graph: onnx.GraphProto, shapes: dict[str, tuple[int, Dims]], opse
     graph_outputs = {value.name for value in graph.output}
     kept, folded = [], []
     for node in graph.node:
-        results = _evaluate(node, known, shapes, opsets) if _foldable(node, shapes, graph_outputs) else None
+        tried = _node_name(node) in failures  # it failed before with the same inputs: it would again
+        results = _evaluate(node, known, shapes, opsets) if not tried and _foldable(node, shapes, graph_outputs) else None
         if isinstance(results, Unfolded):
             failures[_node_name(node)] = results
         if not isinstance(results, dict):
@@ -423,23 +438,29 @@ def _evaluate(
         [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
          for name, array in feeds.items()],
         [helper.make_tensor_value_info(name, shapes[name][0], shapes[name][1]) for name in outputs])
-    one_node = helper.make_model(graph, opset_imports=list(opsets))
+    # the node's domain is "" whatever the model calls the default one ("ai.onnx" included)
+    imports = [helper.make_opsetid("" if o.domain in DEFAULT_DOMAINS else o.domain, o.version) for o in opsets]
+    one_node = helper.make_model(graph, opset_imports=imports, ir_version=ONE_NODE_IR)
     try:
         values = ReferenceEvaluator(one_node).run(None, feeds)
     except Exception as exc:  # noqa: BLE001 - the evaluator lacks some ops and old versions, raises its own types
-        values = _run_with_onnxruntime(one_node, feeds)
+        values, why_not = _run_with_onnxruntime(one_node, feeds)
         if values is None:
-            version = next((o.version for o in opsets if (o.domain or "") in DEFAULT_DOMAINS), 0)
-            return Unfolded(_node_name(node), node.op_type, version, one_line(exc))
-    return {
-        name: np.asarray(value, dtype=helper.tensor_dtype_to_np_dtype(shapes[name][0]))
-        for name, value in zip(outputs, values)
-    }
+            version = next((o.version for o in imports if o.domain == ""), 0)
+            return Unfolded(_node_name(node), node.op_type, version,
+                            f"reference evaluator: {one_line(exc)}; ONNX Runtime: {why_not}")
+    results = {name: np.asarray(value, dtype=helper.tensor_dtype_to_np_dtype(shapes[name][0]))
+               for name, value in zip(outputs, values)}
+    if any(results[name].shape != tuple(shapes[name][1]) for name in outputs):  # never a constant of another shape
+        return Unfolded(_node_name(node), node.op_type, next((o.version for o in imports if o.domain == ""), 0),
+                        "evaluated to another shape than shape inference gives")
+    return results
 
 
-def _run_with_onnxruntime(one_node: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray] | None:
+def _run_with_onnxruntime(one_node: onnx.ModelProto,
+                          feeds: dict[str, np.ndarray]) -> tuple[list[np.ndarray] | None, str]:
     """The one-node model run by ONNX Runtime (every op at every opset it supports: Upsample-7 and Resize-10, which
-    ONNX's reference evaluator gets wrong or lacks); None where it cannot run it either."""
+    ONNX's reference evaluator gets wrong or lacks), or None and why it could not run it either."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -448,9 +469,11 @@ def _run_with_onnxruntime(one_node: onnx.ModelProto, feeds: dict[str, np.ndarray
     try:
         session = onnxruntime.InferenceSession(one_node.SerializeToString(), options,
                                                providers=["CPUExecutionProvider"])
-        return session.run(None, {name: np.ascontiguousarray(array) for name, array in feeds.items()})
-    except Exception:  # noqa: BLE001 - onnxruntime raises its own (non-exported) classes
-        return None
+        # np.array copies (a Shape input's zero-copy stand-in becomes real: small, as only small outputs fold) and
+        # keeps a 0-d feed 0-d (np.ascontiguousarray made scalars [1])
+        return session.run(None, {name: np.array(array) for name, array in feeds.items()}), ""
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own (non-exported) classes
+        return None, one_line(exc)
 
 
 def _remove_dead(graph: onnx.GraphProto) -> None:

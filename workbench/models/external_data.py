@@ -24,14 +24,18 @@ from workbench.models.graph_walk import all_nodes
 PROTOBUF_LIMIT = 2**31 - 1  # bytes one serialized protobuf message may hold
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ExternalTensor:
     """One tensor whose bytes live in another file: which file (relative to the model's folder) and where."""
 
-    tensor: str
+    proto: onnx.TensorProto  # the model's own tensor, filled in place by `load_external_data`
     location: str
     offset: int
     length: int  # bytes (from the tensor's `length`, else its dims x element size)
+
+    @property
+    def tensor(self) -> str:
+        return self.proto.name
 
 
 def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
@@ -59,7 +63,7 @@ def external_tensors(model: onnx.ModelProto) -> list[ExternalTensor]:
     for tensor in _tensors(model.graph):
         if external_data_helper.uses_external_data(tensor):
             info = external_data_helper.ExternalDataInfo(tensor)
-            found.append(ExternalTensor(tensor.name, info.location, int(info.offset or 0),
+            found.append(ExternalTensor(tensor, info.location, int(info.offset or 0),
                                         int(info.length) if info.length else _nbytes(tensor)))
     return found
 
@@ -100,4 +104,9 @@ def load_external_data(model: onnx.ModelProto, folder: Path, what: str) -> None:
         raise UserError(f"{what}: the model with its weights is {total / 2**30:.1f} GiB, over the 2 GiB one ONNX "
                         "protobuf can hold; the workbench checks, folds and hands a model to ONNX Runtime and TVM "
                         "as one protobuf, so it cannot run this model (export a smaller variant, or one in fp16)")
-    external_data_helper.load_external_data_for_model(model, str(folder))
+    for tensor in tensors:  # read here, not by onnx's loader: it refuses a weights file that is a symlink (HF's cache)
+        with open(folder / safe_location(tensor.location, what), "rb") as data:
+            data.seek(tensor.offset)
+            tensor.proto.raw_data = data.read(tensor.length)
+        del tensor.proto.external_data[:]
+        tensor.proto.data_location = onnx.TensorProto.DEFAULT

@@ -38,6 +38,9 @@ def run_case(case: OpCase, work_dir: Path) -> CaseResult:
         return result("refused", one_line(exc))
     try:
         feeds = make_inputs(case.model, experiment.model, experiment.seed, work_dir)
+    except Exception as exc:  # noqa: BLE001 - the workbench's own step: a failure, not excused as ONNX Runtime's
+        return result("fail", f"inputs: {one_line(exc)}")
+    try:
         reference = ort_runner("ort_none", case.model, feeds, threads=1).infer()
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own non-exported classes
         return result("ort cannot run", one_line(exc))
