@@ -31,7 +31,7 @@ from tvm.target.codegen import target_has_features
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import validate
 from workbench.config.baselines import WORKBENCH_LABEL
-from workbench.models.summary import op_histogram
+from workbench.models.summary import frozen, op_histogram
 from workbench.record.results_page import Machine, write_results_page
 from workbench.runtime.threads import target_threads
 from workbench.stages.side_by_side import bench
@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> Path:
             exp = experiment(case, Path(work) / f"{case.name}.onnx")
             target = target or make_target(exp.target)
             row = bench(exp, ["ort_all"], Path(work), args.repeat, args.rounds, lambda line: print(line, flush=True))
-            flops = sum(r.flops or 0 for r in op_histogram(case.model(), {"x": list(case.x)}))
+            model = case.model()
+            flops = sum(r.flops or 0 for r in op_histogram(model, frozen(model, {"x": list(case.x)}).model))
             peak = peak_gflops(target_threads(target), target)
             ours, theirs = row.medians_ms.get(WORKBENCH_LABEL), row.medians_ms.get("ort_all")
             ratio = row.ratio("ort_all")

@@ -20,6 +20,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from workbench.models.canonicalize import supported_opset
+
 OLDEST_OPSET = 7  # ONNX Runtime runs models from opset 7
 SHAPE = (2, 3, 4)
 IMAGE = (1, 2, 6, 6)
@@ -235,12 +237,6 @@ RECIPES: dict[str, list[Recipe]] = {
 }
 
 
-def _supported_opset() -> int:
-    from workbench.models.canonicalize import supported_opset
-
-    return supported_opset()
-
-
 def opsets(op: str, newest: int) -> list[int]:
     """The opsets at which `op`'s standard signature changed (since_version of each schema version), each at least
     OLDEST_OPSET, at most `newest`."""
@@ -307,7 +303,7 @@ def _model(op: str, opset: int, recipe: Recipe) -> tuple[onnx.ModelProto, dict[s
 def op_cases(ops: list[str], newest: int | None = None) -> Iterator[OpCase | tuple[str, int, str]]:
     """Every case of `ops`: an OpCase, or (op, opset, why no case could be made) where neither a recipe nor the
     schema gives one."""
-    newest = newest or _supported_opset()
+    newest = newest or supported_opset()
     for op in ops:
         for opset in opsets(op, newest):
             schema = onnx.defs.get_schema(op, opset, "")

@@ -14,7 +14,7 @@ import onnx
 from onnx import helper
 
 from workbench.errors import UserError
-from workbench.models.canonicalize import InputSpec, canonicalize
+from workbench.models.canonicalize import Canonical, InputSpec, canonicalize
 from workbench.models.graph_walk import all_nodes
 
 Dim = int | str  # a static size, or the symbolic name the exporter gave a dynamic one
@@ -107,25 +107,32 @@ def inputs_snippet(inputs: list[InputInfo], shapes: dict[str, list[int] | None])
     return "\n".join(lines) + "\n"
 
 
-def op_histogram(model: onnx.ModelProto, shapes: dict[str, list[int] | None]) -> list[OpRow]:
-    """Per op type, most frequent first: node count, initializer elements its nodes consume, and FLOPs of the
-    Conv/ConvTranspose/MatMul/Gemm nodes (from shape inference on the frozen model; None while any dim is open)."""
+def frozen(model: onnx.ModelProto, shapes: dict[str, list[int] | None]) -> Canonical | None:
+    """The model canonicalized at `shapes` (inputs frozen, shape subgraphs folded), or None while any dim is open."""
+    if any(shape is None for shape in shapes.values()):
+        return None
+    dtypes = {info.name: info.dtype for info in model_inputs(model)}
+    return canonicalize(model, {name: InputSpec(tuple(shape), dtypes[name]) for name, shape in shapes.items()})
+
+
+def op_histogram(model: onnx.ModelProto, frozen_model: onnx.ModelProto | None) -> list[OpRow]:
+    """Per op type of `model`, most frequent first: node count, initializer elements its nodes consume, and FLOPs
+    of the Conv/ConvTranspose/MatMul/Gemm nodes (from shape inference on `frozen_model`, the same model with its
+    inputs frozen, `frozen`; None without it)."""
     weights = {init.name: math.prod(init.dims) for init in model.graph.initializer}
     nodes = list(all_nodes(model.graph))
     counts = Counter(node.op_type for node in nodes)
     params: Counter[str] = Counter()
     for node in nodes:
         params[node.op_type] += sum(weights.get(name, 0) for name in set(node.input))
-    flops = _flops_by_op(model, shapes) if all(shape is not None for shape in shapes.values()) else None
+    flops = _flops_by_op(frozen_model) if frozen_model is not None else None
     return [OpRow(op, count, params[op], None if flops is None else flops.get(op))
             for op, count in counts.most_common()]
 
 
-def _flops_by_op(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> dict[str, int]:
+def _flops_by_op(frozen_model: onnx.ModelProto) -> dict[str, int]:
     """FLOPs (2 per multiply-add) per counted op type, from the inferred shapes of the frozen model."""
-    dtypes = {info.name: info.dtype for info in model_inputs(model)}
-    frozen = canonicalize(model, {name: InputSpec(tuple(shape), dtypes[name]) for name, shape in shapes.items()}).model
-    inferred = onnx.shape_inference.infer_shapes(frozen)
+    inferred = onnx.shape_inference.infer_shapes(frozen_model)
     known = {init.name: list(init.dims) for init in inferred.graph.initializer}
     for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
         dims = value.type.tensor_type.shape.dim

@@ -18,7 +18,7 @@ from rich.table import Table
 from workbench.atomic import atomic_write_text
 from workbench.config import Experiment, apply_override, load_experiment, validate
 from workbench.errors import UserError
-from workbench.models.canonicalize import FoldReport, InputSpec, canonicalize
+from workbench.models.canonicalize import FoldReport
 from workbench.models.importer import unsupported_ops
 from workbench.models.recurrent import RECURRENT_OPS
 from workbench.models.sources import PKG_PREFIX, ZOO_PREFIX, parse_pkg_source, resolve_source
@@ -27,6 +27,7 @@ from workbench.models.summary import (
     OpRow,
     dynamic_message,
     fixed_shapes,
+    frozen,
     inputs_snippet,
     model_inputs,
     op_histogram,
@@ -94,11 +95,10 @@ def inspect_model(source: str, base_dir: Path, given: dict[str, list[int]], pipe
     shapes = fixed_shapes(inputs, given)
     unsupported = {op: node for op, node in unsupported_ops(model.graph).items()
                    if op not in RECURRENT_OPS}  # canonicalize unrolls these
-    inspection = Inspection(source, inputs, shapes, inputs_snippet(inputs, shapes), op_histogram(model, shapes),
-                            unsupported, pipeline, dynamic=dynamic_message(inputs, shapes))
-    if not inspection.dynamic:
-        specs = {info.name: InputSpec(tuple(shapes[info.name]), info.dtype) for info in inputs}
-        inspection.folding = canonicalize(model, specs).folding
+    canonical = frozen(model, shapes)
+    inspection = Inspection(source, inputs, shapes, inputs_snippet(inputs, shapes),
+                            op_histogram(model, canonical.model if canonical else None), unsupported, pipeline,
+                            dynamic=dynamic_message(inputs, shapes), folding=canonical.folding if canonical else None)
     if inspection.dynamic:
         inspection.passes_skipped = "dynamic input dims: give them with --input to see what each pass changes"
     elif unsupported:
