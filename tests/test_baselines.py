@@ -8,7 +8,7 @@ import pytest
 from workbench.cli import main
 from workbench.config import Experiment, validate
 from workbench.config.baselines import BASELINES, DEFAULT_BASELINES, WORKBENCH_LABEL, runs_on_tvm
-from workbench.experiment import TVM_RECIPES
+from workbench.compile.build import BASELINE_BUILDS
 from workbench.measure.runners import ORT_LEVELS
 
 BASE = {"name": "t", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]}}}
@@ -25,7 +25,7 @@ def test_the_config_takes_the_registrys_selectable_names_and_defaults():
 def test_every_baseline_has_a_way_to_run():
     for name, baseline in BASELINES.items():
         if baseline.runtime == "tvm":
-            assert runs_on_tvm(name) and name in TVM_RECIPES
+            assert runs_on_tvm(name) and name in BASELINE_BUILDS
         elif baseline.runtime == "onnxruntime":
             assert name in ORT_LEVELS and not runs_on_tvm(name)
     assert runs_on_tvm(WORKBENCH_LABEL)

@@ -177,3 +177,6 @@ def build_tvm_default(mod: tvm.IRModule, target: tvm.target.Target) -> Built:
     with _build_context(mod, target):
         lowered = relax.get_default_pipeline(target)(mod)
     return _compiled(lowered, target)
+
+
+BASELINE_BUILDS = {"tvm_default": build_tvm_default, "tvm_unoptimized": build_lowered}  # the TVM baselines' builds

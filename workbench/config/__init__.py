@@ -119,7 +119,10 @@ class MeasureConfig(Strict):
     """Timing protocol shared by the workbench build and every baseline."""
 
     warmup: int = Field(default=5, ge=0)
-    repeat: PositiveInt = 50
+    repeat: PositiveInt = Field(default=50, description="timed runs of each label per round")
+    rounds: PositiveInt = Field(default=1, description="interleaved rounds: each round times every label once in "
+                                                       "turn, so a load change hits all alike; a label's median is "
+                                                       "that of its round medians")
     rpc: RpcConfig | None = Field(default=None, description="measure TVM builds on a remote device (a GPU host) "
                                                             "reached through this RPC tracker")
 

@@ -22,6 +22,9 @@ import onnx
 from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
 
 from workbench.atomic import atomic_write_bytes, atomic_write_text
+from workbench.config import Experiment
+from workbench.passes.calibration import InputSig, file_inputs, random_inputs
+from workbench.passes.precision import QuantizeParams
 
 METHODS = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
            "percentile": CalibrationMethod.Percentile}
@@ -74,3 +77,26 @@ def quantized_model(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]]
         atomic_write_bytes(path, target.read_bytes())
     atomic_write_text(key_path, key)
     return onnx.load(str(path))
+
+
+def _quantize_params(experiment: Experiment) -> QuantizeParams:
+    """The pipeline's `quantize` step parameters (its defaults without one)."""
+    return QuantizeParams.model_validate(next((s.params for s in experiment.pipeline if s.name == "quantize"), {}))
+
+
+def calibration_samples(experiment: Experiment, canonical: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
+    """The input sets the pipeline's `quantize` step calibrates on, by ONNX input name."""
+    params = _quantize_params(experiment)
+    inits = {init.name for init in canonical.graph.initializer}
+    sigs = [InputSig(value.name, tuple(d.dim_value for d in value.type.tensor_type.shape.dim),
+                     onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name)
+            for value in canonical.graph.input if value.name not in inits]
+    return file_inputs(sigs, params.files) if params.files else random_inputs(sigs, params.samples, params.seed)
+
+
+def ort_int8_model(experiment: Experiment, canonical: onnx.ModelProto, out_dir: Path) -> onnx.ModelProto:
+    """The canonical model quantized by ONNX Runtime on the `quantize` step's calibration inputs and method,
+    cached as ort_int8.onnx in the run folder."""
+    params = _quantize_params(experiment)
+    return quantized_model(canonical, calibration_samples(experiment, canonical), params.calibration,
+                           out_dir / "ort_int8.onnx", params.percentile)

@@ -22,7 +22,7 @@ from tvm import relax, rpc
 from workbench.compile.build import Built
 from workbench.compile.targets import device_for
 from workbench.errors import BaselineUnavailable
-from workbench.measure.timing import Timing, summarize, time_call
+from workbench.measure.timing import Timing, sample_call, summarize
 from workbench.runtime.threads import cpu_threads
 
 
@@ -33,18 +33,22 @@ class Runner:
     outputs: Callable[[object], list[np.ndarray]]
     kernels: int | None = None
     sync: Callable[[], None] = field(default=lambda: None)
-    timer: Callable[[int, int], Timing] | None = None  # (warmup, repeat) -> Timing, when not time_call's loop
+    sampler: Callable[[int, int], np.ndarray] | None = None  # (warmup, repeat) -> ms, where not sample_call's loop
 
     def infer(self) -> list[np.ndarray]:
         result = self.run_once()
         self.sync()
         return self.outputs(result)
 
+    def samples(self, warmup: int, repeat: int) -> np.ndarray:
+        """`repeat` latencies (ms) with the shared protocol: warm-up, then timed inferences."""
+        if self.sampler is not None:
+            return self.sampler(warmup, repeat)
+        return sample_call(self.run_once, warmup, repeat, self.sync)
+
     def measure(self, warmup: int, repeat: int) -> Timing:
         """Latency with the shared protocol (warm-up, then `repeat` timed inferences)."""
-        if self.timer is not None:
-            return self.timer(warmup, repeat)
-        return time_call(self.run_once, warmup, repeat, self.sync)
+        return summarize(self.samples(warmup, repeat))
 
 
 def _flatten_tvm(value: object) -> list[np.ndarray]:
@@ -73,15 +77,14 @@ def tvm_runner(label: str, built: Built, inputs: dict[str, np.ndarray], target: 
     vm = relax.VirtualMachine(module, device)
     tensors = [tvm.runtime.tensor(array, device) for array in inputs.values()]
 
-    def remote_timer(warmup: int, repeat: int) -> Timing:
+    def remote_samples(warmup: int, repeat: int) -> np.ndarray:
         for _ in range(warmup):
             vm["main"](*tensors)
         device.sync()
-        seconds = vm.time_evaluator("main", device, number=1, repeat=repeat)(*tensors).results
-        return summarize(np.asarray(seconds) * 1e3)
+        return np.asarray(vm.time_evaluator("main", device, number=1, repeat=repeat)(*tensors).results) * 1e3
 
     return Runner(label, lambda: vm["main"](*tensors), _flatten_tvm, built.kernels, sync=device.sync,
-                  timer=remote_timer if session is not None else None)
+                  sampler=remote_samples if session is not None else None)
 
 
 ORT_LEVELS = {

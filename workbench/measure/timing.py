@@ -15,13 +15,6 @@ from typing import Protocol
 import numpy as np
 
 
-class Timed(Protocol):
-    """What a label's timing loop calls (runners.Runner is one): one inference, and a wait until it is done."""
-
-    run_once: Callable[[], object]
-    sync: Callable[[], None]
-
-
 @dataclass
 class Timing:
     """Summary of one label's latency samples, in milliseconds."""
@@ -56,9 +49,9 @@ def summarize(samples_ms: np.ndarray) -> Timing:
     )
 
 
-def time_call(run_once: Callable[[], object], warmup: int, repeat: int,
-              sync: Callable[[], None] = lambda: None) -> Timing:
-    """Time `run_once` `repeat` times after `warmup` untimed calls; `sync` waits for async devices."""
+def sample_call(run_once: Callable[[], object], warmup: int, repeat: int,
+                sync: Callable[[], None] = lambda: None) -> np.ndarray:
+    """`repeat` latencies (ms) of `run_once` after `warmup` untimed calls; `sync` waits for async devices."""
     for _ in range(warmup):
         run_once()
     sync()
@@ -68,19 +61,43 @@ def time_call(run_once: Callable[[], object], warmup: int, repeat: int,
         run_once()
         sync()
         samples[i] = (time.perf_counter() - start) * 1e3
-    return summarize(samples)
+    return samples
+
+
+def time_call(run_once: Callable[[], object], warmup: int, repeat: int,
+              sync: Callable[[], None] = lambda: None) -> Timing:
+    """Time `run_once` `repeat` times after `warmup` untimed calls; `sync` waits for async devices."""
+    return summarize(sample_call(run_once, warmup, repeat, sync))
+
+
+class Sampled(Protocol):
+    """What interleaved timing calls (runners.Runner is one): `repeat` latencies in ms after `warmup` calls."""
+
+    def samples(self, warmup: int, repeat: int) -> np.ndarray: ...
 
 
 SETTLE_S = 0.2  # before each label's turn: the thread pools of the label before it stop spinning and sleep
 
 
-def interleaved_medians(runners: dict[str, Timed], repeat: int, rounds: int) -> dict[str, float]:
-    """Median of per-round medians, each round timing every label once in turn: a load change on the machine
-    during the benchmark hits all labels alike, so their ratios stay fair."""
-    per_round: dict[str, list[float]] = {label: [] for label in runners}
+def interleaved(runners: dict[str, Sampled], warmup: int, repeat: int, rounds: int) -> dict[str, Timing]:
+    """Each label timed in `rounds` rounds, every round timing every label once in turn (`repeat` runs after
+    `warmup`): a load change on the machine during the measurement hits all labels alike, so their ratios stay
+    fair. A label's median is the median of its round medians (one disturbed round moves it little); its other
+    figures are over all its samples. One round is the plain protocol: each label timed once, in order."""
+    per_round: dict[str, list[np.ndarray]] = {label: [] for label in runners}
     for _ in range(rounds):
         for label, runner in runners.items():
-            time.sleep(SETTLE_S)
-            timing = time_call(runner.run_once, warmup=2, repeat=repeat, sync=runner.sync)
-            per_round[label].append(timing.median_ms)
-    return {label: float(np.median(medians)) for label, medians in per_round.items()}
+            if rounds > 1:
+                time.sleep(SETTLE_S)
+            per_round[label].append(runner.samples(warmup, repeat))
+    timings = {}
+    for label, samples in per_round.items():
+        timing = summarize(np.concatenate(samples))
+        timing.median_ms = float(np.median([np.median(s) for s in samples]))
+        timings[label] = timing
+    return timings
+
+
+def interleaved_medians(runners: dict[str, Sampled], repeat: int, rounds: int) -> dict[str, float]:
+    """Each label's median over `rounds` interleaved rounds of `repeat` runs (two warm-up runs each round)."""
+    return {label: timing.median_ms for label, timing in interleaved(runners, 2, repeat, rounds).items()}

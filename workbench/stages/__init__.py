@@ -1,8 +1,9 @@
 """The stages of one run, each a function from one typed object to the next:
 
     Experiment ─ prepare() ─► Prepared ─ optimize() ─► Optimized ─ build() ─► Built (compile/build.py)
+      ─ measure() ─► Measured (stages/measuring.py) ─ note_*() / finish() ─► RunResult (stages/recording.py)
 
-`workbench run` (experiment.py) measures what they make; `workbench tune` (stages/tuning.py), the sweep's workers,
+`workbench run` (experiment.py) composes them; `workbench tune` (stages/tuning.py), the sweep's workers,
 the corpus benchmark (stages/side_by_side.py) and the scripts call the same functions, so a model reaches every
 one of them the same way: canonicalized, imported, the pipeline run under the target. A caller that already has
 a stage's result (the sweep keeps the optimized modules it hashed) passes it on instead of running it again.
@@ -18,6 +19,8 @@ import onnx
 import tvm
 
 from workbench.compile.build import Built, build_lowered
+from workbench.compile.build_cache import BuildCache
+from workbench.compile.schedule_sources import ScheduleSources
 from workbench.compile.targets import make_target
 from workbench.config import Experiment
 from workbench.config.pipeline_spec import PassSpec
@@ -64,9 +67,28 @@ def optimize(prepared: Prepared, pipeline: list[PassSpec], dump_dir: Path | None
     return Optimized(module, records)
 
 
-def build(optimized: Optimized, target: tvm.target.Target, database=None, layout_rewrite: bool = False) -> Built:
-    """The workbench build of the optimized module (with `database`'s tuned schedules where it has them)."""
-    return build_lowered(optimized.module, target, database, layout_rewrite)
+def build(optimized: Optimized, target: tvm.target.Target, sources: ScheduleSources | None = None,
+          layout_rewrite: bool = False, cache: BuildCache | None = None, library: Path | None = None) -> Built:
+    """The workbench build of the optimized module, with the tuned schedules of `sources`' databases where they have
+    them (each kernel's source noted), exported to `library` where given. With `cache`, the build of an equal
+    module with the databases as they are now (`sources.state()`: tuning may have grown one since) is reused and
+    its library copied, not emitted again."""
+    database = sources.database if sources is not None else None
+    source_of = sources.source_of if sources is not None else None
+    state = (sources.state(), layout_rewrite) if sources is not None else ()
+
+    def make() -> Built:
+        return build_lowered(optimized.module, target, database, layout_rewrite, source_of)
+
+    if cache is None:
+        built = make()
+        if library is not None:
+            built.export(library)
+        return built
+    built = cache.built("workbench", optimized.module, target, make, state)
+    if library is not None:
+        cache.export(built, "workbench", optimized.module, target, library, state)
+    return built
 
 
 def optimized_module(experiment: Experiment, base_dir: Path, target: tvm.target.Target) -> tvm.IRModule:

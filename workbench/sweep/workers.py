@@ -51,7 +51,9 @@ class VariantRunner:
                 self.plugin_error = f"plugin {module!r} failed to import: {exc.__class__.__name__}: {exc}"
         self.prepared_models: dict[str, Any] = {}  # model, target -> (seed, stages.Prepared)
         self.optimized: dict[str, Any] = {}  # ir_key -> stages.Optimized, the last few
-        self.builds: dict = {}  # compiled modules by IR, reused across this process's runs (run_experiment's cache)
+        from workbench.compile.build_cache import BuildCache
+
+        self.builds = BuildCache()  # compiled modules by IR, reused across this process's runs
 
     def __call__(self, kind: str, config: dict) -> tuple[str, Any]:
         """("ok", structural hash) for a "hash" task, ("ok", {"result", "median_ms"}) for a "run" task,
@@ -110,8 +112,6 @@ class VariantRunner:
 
         from workbench.experiment import run_experiment
 
-        if len(self.builds) > 32:  # bound the memory a long sweep's worker holds in compiled modules
-            self.builds.clear()
         optimized = self.optimized_module(experiment, config)  # usually run already, by this worker's hash task
         result = run_experiment(experiment, Path(self.setup.base_dir), console=Console(file=io.StringIO()), store=False,
                                 builds=self.builds, prepared=self.prepared(experiment), optimized=optimized)
