@@ -1,6 +1,6 @@
 """The op-conformance suite, fast subset: the cases of the op forms that once failed (wrong numbers, internal errors)
 and the attribute-to-input changes, run as a user's model would be and compared with ONNX Runtime; the refusals
-that remain exit 2 with their reason; the page is written and read back. `python scripts/bench_conformance.py`
+that remain exit 2 with their reason; the page is written and read back. `workbench bench conformance`
 runs every op of the frontend (docs/results/conformance.md)."""
 
 import csv

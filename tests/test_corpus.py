@@ -2,7 +2,6 @@
 with `pipeline: default` and match ONNX Runtime, and the corpus benchmark turns a failing model into a row."""
 
 import csv
-import importlib.util
 import re
 import zipfile
 from pathlib import Path
@@ -10,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from workbench.bench.parity import own_roots
+from workbench.cli import main
 from workbench.errors import UserError
 from workbench.models import zoo
 from workbench.models.corpus import load_corpus
@@ -80,11 +81,10 @@ def test_a_real_model_builds_with_the_default_pipeline_and_matches_ort(tmp_path,
     assert stages[:4] == ["load", "pipeline", "build", "run"]  # load: stages.prepare, which also imports
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("bench_corpus", ROOT / "scripts" / "bench_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench_verb(args: list[str], out: Path) -> list[Path]:
+    """`workbench bench ARGS --out OUT` as a user runs it; the files it wrote."""
+    assert main(["bench", *args, "--out", str(out)]) == 0
+    return sorted(out.iterdir())
 
 
 def test_bench_corpus_writes_a_row_for_every_model_even_a_failing_one(tmp_path, monkeypatch, capsys):
@@ -102,8 +102,8 @@ def test_bench_corpus_writes_a_row_for_every_model_even_a_failing_one(tmp_path, 
         {**GOOD, "name": "exact", "source": "zoo:transformer_block", "inputs": {"x": [1, 32, 64]},
          "tolerance": {"rtol": 0, "atol": 0}})
     out = tmp_path / "results"
-    written = load_script().main(["--corpus", str(corpus), "--out", str(out), "--baselines", "ort_all",
-                                  "--repeat", "2", "--rounds", "1"])
+    written = bench_verb(["corpus", "--corpus", str(corpus), "--baselines", "ort_all", "--repeat", "2",
+                          "--rounds", "1"], out)
     assert sorted(path.suffix for path in written) == [".csv", ".md", ".png"]
     assert all(path.parent == out and path.name.startswith("corpus_") for path in written)
 
@@ -142,9 +142,9 @@ def test_time_to_parity_tunes_in_minute_steps_and_writes_its_page(tmp_path, monk
                           {**GOOD, "name": "broken", "source": "pkg:fake-dist==1.0/fake_dist/missing.onnx",
                            "inputs": {"x": [1, 3]}})
     out = tmp_path / "results"
-    written = load_script().main(["--corpus", str(corpus), "--out", str(out), "--baselines", "ort_all",
-                                  "--repeat", "2", "--rounds", "1", "--tune-minutes", "0.25",
-                                  "--checkpoints", "0.001", "0.002", "0.25", "--trials-per-task", "2"])
+    written = bench_verb(["parity", "--corpus", str(corpus), "--baselines", "ort_all", "--repeat", "2",
+                          "--rounds", "1", "--tune-minutes", "0.25", "--checkpoints", "0.001", "0.002", "0.25",
+                          "--trials-per-task", "2"], out)
     parity = [path for path in written if path.name.startswith("parity_")]
     assert sorted(path.suffix for path in parity) == [".csv", ".md", ".png"]
     points = list(csv.DictReader(next(p for p in parity if p.suffix == ".csv").open()))
@@ -170,8 +170,8 @@ def test_time_to_parity_tunes_in_minute_steps_and_writes_its_page(tmp_path, monk
 
     table = next(p for p in parity if p.suffix == ".csv")
     before = table.read_text()
-    again = load_script().main(["--corpus", str(corpus), "--out", str(out), "--baselines", "ort_all",
-                                "--tune-minutes", "0.25", "--checkpoints", "0.001", "0.002", "0.25", "--resume"])
+    again = bench_verb(["parity", "--corpus", str(corpus), "--baselines", "ort_all", "--tune-minutes", "0.25",
+                        "--checkpoints", "0.001", "0.002", "0.25", "--resume"], out)
     log = capsys.readouterr().out
     assert "convnet_small: kept from parity_" in log and "[parity convnet_small]" not in log  # nothing run again
     assert "broken: kept" not in log and "[2/2] broken: load FAILED" in log  # a failed model is run again
@@ -181,5 +181,5 @@ def test_time_to_parity_tunes_in_minute_steps_and_writes_its_page(tmp_path, monk
 def test_parity_with_shared_schedules_never_reads_the_models_own():
     """schedules/quickstart was tuned on convnet_small: with --shared that model must not start from it."""
     (entry,) = load_corpus().select(["convnet_small"])
-    own = load_script().own_roots(entry.experiment("default", []))
+    own = own_roots(entry.experiment("default", []), ROOT / "configs")
     assert {"convnet_small", "quickstart"} <= own and "rapidocr_det" not in own

@@ -19,6 +19,7 @@ ROOMS = (
     ("measure",),                      # runners, timing, profiles, baselines
     ("record",),                       # result store, reports
     ("experiment", "stages"),          # the conductor: one run, stage by stage
+    ("bench",),                        # the benchmarks that write results pages
     ("sweep",),                        # many runs
     ("cli",),
 )

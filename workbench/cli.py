@@ -294,11 +294,13 @@ def make_parser() -> argparse.ArgumentParser:
     inspect_verb.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     inspect_verb.set_defaults(handler=cmd_inspect)
 
-    from workbench.sweep import command as sweep_verb  # light import (no TVM): the verb and the report dispatch
+    from workbench.bench import command as bench_verb  # light imports (no TVM): the verbs, the report dispatch
+    from workbench.sweep import command as sweep_verb
 
     report.set_defaults(handler=sweep_verb.report_dispatch(cmd_report, stdout))  # a sweep folder: the sweep report
     sweep = sweep_verb.add_parser(verbs, stdout, stderr)
-    for sub in (run, inspect_verb, tune, profile, passes, report, runs, compare, sweep):
+    bench = bench_verb.add_parser(verbs)
+    for sub in (run, inspect_verb, tune, profile, passes, report, runs, compare, sweep, bench):
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return parser
 

@@ -1,4 +1,4 @@
-"""The op-conformance page (`scripts/bench_conformance.py`): per op x opset x variant, pass / fail / refused with the
+"""The op-conformance page (`workbench bench conformance`): per op x opset x variant, pass / fail / refused with the
 one-line reason, and the totals the README quotes; a CSV beside it for tools."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Time to parity: how a model's speed against ONNX Runtime grows with minutes of tuning
-(`scripts/bench_corpus.py --tune-minutes N`): one point per model per checkpoint (0 minutes: untuned), written as
+(`workbench bench parity --tune-minutes N`): one point per model per checkpoint (0 minutes: untuned), written as
 a Markdown page, a CSV and a chart, so "how long until it beats ONNX Runtime" is read off one plot.
 """
 
@@ -17,8 +17,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import ScalarFormatter
 
 from workbench.atomic import atomic_write_text
-from workbench.record.report import number_text, save_png
+from workbench.record.charts import save_png
 from workbench.record.results_page import Machine, write_results_page
+from workbench.record.rows import number_text
 
 CHECKPOINT_PASSED = "checkpoint passed"  # a point's note where the previous step's last round ran past its checkpoint
 

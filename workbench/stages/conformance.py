@@ -10,9 +10,10 @@ from pathlib import Path
 
 import onnx
 
+from workbench.compile.targets import make_target
 from workbench.config import validate
 from workbench.errors import UserError, one_line
-from workbench.measure.runners import ort_runner, tvm_runner
+from workbench.measure.factory import Bench, runner_for
 from workbench.models.accuracy import compare
 from workbench.models.inputs import make_inputs
 from workbench.models.op_cases import OpCase
@@ -40,14 +41,16 @@ def run_case(case: OpCase, work_dir: Path) -> CaseResult:
         feeds = make_inputs(case.model, experiment.model, experiment.seed, work_dir)
     except Exception as exc:  # noqa: BLE001 - the workbench's own step: a failure, not excused as ONNX Runtime's
         return result("fail", f"inputs: {one_line(exc)}")
+    bench = Bench(case.model, feeds, make_target(experiment.target), work_dir, threads=1)
     try:
-        reference = ort_runner("ort_none", case.model, feeds, threads=1).infer()
+        reference = runner_for("ort_none", bench).infer()
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own non-exported classes
         return result("ort cannot run", one_line(exc))
     try:
         prepared = prepare(experiment, work_dir)
         built = build(optimize(prepared, experiment.pipeline, stats=False), prepared.target)
-        ours = tvm_runner("workbench", built, prepared.inputs, prepared.target).infer()
+        ours = runner_for("workbench", Bench(prepared.canonical, prepared.inputs, prepared.target, work_dir),
+                          built).infer()
     except UserError as exc:
         return result("refused", one_line(exc))
     except Exception as exc:  # noqa: BLE001 - any internal error is the case's failure, with its reason

@@ -12,22 +12,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
-import onnx
-
-from workbench.compile.targets import GENERIC_CPU
+from workbench.compile.schedule_sources import ScheduleSources
 from workbench.config import Experiment
 from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import one_line
-from workbench.measure.iree import iree_runner
-from workbench.measure.runners import Runner, ort_runner, tvm_runner
+from workbench.measure.factory import Bench, runner_for
 from workbench.measure.timing import interleaved_medians
 from workbench.models.accuracy import compare
 from workbench.record.corpus_table import Row
-from workbench.runtime.threads import target_threads
 from workbench.stages import build, optimize, prepare
 
 REFERENCE = "ort_none"
@@ -66,18 +61,9 @@ def errors_text(accuracy: dict) -> str:
     return f"max abs err {accuracy['max_abs_err']:.1e}, max rel err {accuracy['max_rel_err']:.1e}"
 
 
-def _baseline(label: str, model: onnx.ModelProto, inputs: dict[str, np.ndarray], target, work_dir: Path) -> Runner:
-    """ONNX Runtime at the label's level, or IREE compiled for the target's CPU, on the threads TVM's kernels use."""
-    threads = target_threads(target)
-    if label == "iree":
-        return iree_runner(model, inputs, work_dir / "iree", "llvm", cpu=str(target.attrs.get("mcpu", GENERIC_CPU)),
-                           threads=threads)
-    return ort_runner(label, model, inputs, threads=threads)
-
-
 def bench(experiment: Experiment, baselines: list[str], work_dir: Path, repeat: int, rounds: int,
-          log: Callable[[str], None] = print, database=None) -> Row:
-    """Build the experiment's model with its pipeline (untuned, or with `database`'s schedules), run it next to
+          log: Callable[[str], None] = print, sources: ScheduleSources | None = None) -> Row:
+    """Build the experiment's model with its pipeline (untuned, or with `sources`' schedules), run it next to
     `baselines` (of COMPARED) on the same seeded inputs, check it against ort_none within the experiment's
     tolerance, and time every label that runs. Never raises for a model's failure: the row carries it."""
     tolerance = experiment.accuracy
@@ -89,14 +75,15 @@ def bench(experiment: Experiment, baselines: list[str], work_dir: Path, repeat: 
         with stage("pipeline", f"{len(experiment.pipeline)} passes"):
             optimized = optimize(prepared, experiment.pipeline, stats=False)
         with stage("build"):
-            built = build(optimized, target, database)
+            built = build(optimized, target, sources)
             row.kernels = built.kernels
+        on_cpu = Bench(model, inputs, target, work_dir)
         with stage("run"):
-            workbench = tvm_runner(WORKBENCH_LABEL, built, inputs, target)
+            workbench = runner_for(WORKBENCH_LABEL, on_cpu, built)
             ours = workbench.infer()
         runners = {WORKBENCH_LABEL: workbench}
         with stage(REFERENCE):
-            reference = ort_runner(REFERENCE, model, inputs, threads=target_threads(target)).infer()
+            reference = runner_for(REFERENCE, on_cpu).infer()
         row.accuracy = compare(ours, reference, tolerance.rtol, tolerance.atol)
         errors = errors_text(row.accuracy)
         if not row.accuracy["ok"]:
@@ -105,7 +92,7 @@ def bench(experiment: Experiment, baselines: list[str], work_dir: Path, repeat: 
         for label in baselines:
             try:
                 with stage(label):
-                    runner = _baseline(label, model, inputs, target, work_dir)
+                    runner = runner_for(label, replace(on_cpu, work_dir=work_dir / label))
                     runner.infer()  # a baseline that fails at run time fails here, not in the middle of timing
                 runners[label] = runner
             except StageFailed as exc:

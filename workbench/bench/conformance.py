@@ -1,19 +1,18 @@
-"""Op conformance: every op of TVM's Relax ONNX frontend, at each opset where its signature changed, as small
-one-op models (workbench/models/op_cases.py) built with `pipeline: default` for this CPU and compared with ONNX
-Runtime (workbench/stages/conformance.py). Writes conformance.md and .csv into --out (default docs/results/): per
-op x opset x case, pass / fail / refused with the one-line reason, and the total the README quotes.
-
-    python scripts/bench_conformance.py [--only Resize TopK] [--out docs/results]
+"""`workbench bench conformance`: every op of TVM's Relax ONNX frontend, at each opset where its signature changed,
+as small one-op models (models/op_cases.py) built with `pipeline: default` for this CPU and compared with ONNX
+Runtime (stages/conformance.py). Writes conformance.md and .csv: per op x opset x case, pass / fail / refused with
+the one-line reason, and the totals.
 """
 
 from __future__ import annotations
 
-import argparse
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from tvm.relax.frontend.onnx import onnx_frontend
 
+from workbench.bench.corpus import RESULTS, flushed
 from workbench.compile.targets import make_target, target_key
 from workbench.config import TargetConfig
 from workbench.models.op_cases import OpCase, op_cases
@@ -22,7 +21,6 @@ from workbench.record.results_page import Machine
 from workbench.runtime.threads import target_threads
 from workbench.stages.conformance import run_case
 
-ROOT = Path(__file__).resolve().parent.parent
 PROTOCOL = ("- each case: one ONNX node (its data inputs graph inputs, seeded; what the op needs constant an "
             "initializer), run by ONNX Runtime as exported (graph optimizations off: the reference), then by the "
             "workbench: canonicalize, import, `pipeline: default`, build for this CPU, run; outputs within "
@@ -31,7 +29,12 @@ PROTOCOL = ("- each case: one ONNX node (its data inputs graph inputs, seeded; w
             "case itself (not counted)")
 
 
-def run(ops: list[str], log=print) -> list[CaseResult]:
+def frontend_ops() -> list[str]:
+    """Every op TVM's Relax ONNX frontend converts."""
+    return sorted(onnx_frontend._get_convert_map())  # noqa: SLF001 - the frontend's own op list
+
+
+def run_cases(ops: list[str], log: Callable[[str], None] = flushed) -> list[CaseResult]:
     """Every case of `ops`, in order, one line logged per case."""
     results = []
     with tempfile.TemporaryDirectory(prefix="conformance_") as work:
@@ -47,19 +50,12 @@ def run(ops: list[str], log=print) -> list[CaseResult]:
     return results
 
 
-def main(argv: list[str] | None = None) -> list[Path]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", metavar="OP", help="these ops only (default: the frontend's every op)")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
-    args = parser.parse_args(argv)
-    ops = args.only or sorted(onnx_frontend._get_convert_map())  # noqa: SLF001 - the frontend's own op list
-    results = run(ops)
+def run_conformance(only: list[str] | None = None, out: Path = RESULTS,
+                    log: Callable[[str], None] = flushed) -> list[Path]:
+    """The cases of `only` (default: every op of the frontend); return the page's files."""
+    results = run_cases(only or frontend_ops(), log)
     target = make_target(TargetConfig())
-    written = write_conformance(results, Machine(target_key(target), target_threads(target)), PROTOCOL, args.out)
-    print(totals(results))
-    print("wrote " + ", ".join(str(path) for path in written))
+    written = write_conformance(results, Machine(target_key(target), target_threads(target)), PROTOCOL, out)
+    log(totals(results))
+    log("wrote " + ", ".join(str(path) for path in written))
     return written
-
-
-if __name__ == "__main__":
-    main()

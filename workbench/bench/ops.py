@@ -1,25 +1,21 @@
-"""Benchmark: each heavy op class alone, at shapes the corpus uses, untuned workbench vs ONNX Runtime.
+"""`workbench bench ops`: each heavy op class alone, at shapes the corpus uses, untuned workbench vs ONNX Runtime.
 
 Every op is a one-node ONNX model (seeded random weights) run through the workbench's `default` pipeline with
 default schedules and through ort_all, in this one process, timed in interleaved rounds, the workbench's outputs
-checked against ONNX Runtime without graph optimizations. Convs and matmuls also get GFLOP/s (2 per multiply-add,
-from the model's shapes) and the share of this CPU's fp32 peak:
+checked against ONNX Runtime without graph optimizations (stages/side_by_side.py). Convs and matmuls also get
+GFLOP/s (2 per multiply-add, from the model's shapes) and the share of this CPU's fp32 peak:
 
     peak = physical cores used x 2 FMA units x fp32 lanes per vector x 2 FLOPs x clock (/proc/cpuinfo's MHz)
 
-an estimate: /proc/cpuinfo gives the nominal clock, and turbo runs above it (ONNX Runtime's convs reach 100-127% of
-it on a rocketlake Xeon), while some CPUs have one FMA unit for 512-bit vectors; hence the table also gives ONNX
-Runtime's share of the same figure, the fairer yardstick.
-
-Writes ops_<cpu>.md into --out (default docs/results/).
-
-    python scripts/bench_ops.py [--only softmax conv1d] [--repeat 20] [--rounds 3] [--out docs/results]
+an estimate: /proc/cpuinfo gives the nominal clock, and turbo runs above it, while some CPUs have one FMA unit for
+512-bit vectors; hence the page also gives ONNX Runtime's share of the same figure, the fairer yardstick. Writes
+ops_<cpu>.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,15 +24,15 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from tvm.target.codegen import target_has_features
 
+from workbench.bench.corpus import RESULTS, flushed
 from workbench.compile.targets import host_cpu, make_target, target_key
-from workbench.config import validate
+from workbench.config import Experiment, TargetConfig, validate
 from workbench.config.baselines import WORKBENCH_LABEL
+from workbench.errors import UserError
 from workbench.models.summary import frozen, op_histogram
 from workbench.record.results_page import Machine, write_results_page
 from workbench.runtime.threads import target_threads
 from workbench.stages.side_by_side import bench
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -108,50 +104,44 @@ def rate_and_share(flops: int, ms: float | None, peak: float | None) -> tuple[st
     return f"{rate:.1f}", f"{100 * rate / peak:.0f}%" if peak else "—"
 
 
-def experiment(case: OpCase, path: Path):
+def experiment(case: OpCase, path: Path) -> Experiment:
     onnx.save(case.model(), path)
     return validate({"name": case.name, "model": {"source": str(path), "inputs": {"x": list(case.x)}},
                      "pipeline": "default", "baselines": ["ort_all", "ort_none"]}, case.name)
 
 
-def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", metavar="NAME", choices=[c.name for c in CASES])
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
-    args = parser.parse_args(argv)
-    cases = [c for c in CASES if not args.only or c.name in args.only]
+def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, out: Path = RESULTS,
+            log: Callable[[str], None] = flushed) -> Path:
+    """Every op case (or those named in `only`) beside ort_all; return the page written."""
+    unknown = sorted(set(only or []) - {case.name for case in CASES})
+    if unknown:
+        raise UserError(f"--only: {', '.join(unknown)} unknown; choose from {', '.join(c.name for c in CASES)}")
+    cases = [c for c in CASES if not only or c.name in only]
     rows: list[list[str]] = []
-    target = None
+    target = make_target(TargetConfig())
+    peak = peak_gflops(target_threads(target), target)
     with tempfile.TemporaryDirectory(prefix="bench_ops_") as work:
         for case in cases:
-            exp = experiment(case, Path(work) / f"{case.name}.onnx")
-            target = target or make_target(exp.target)
-            row = bench(exp, ["ort_all"], Path(work), args.repeat, args.rounds, lambda line: print(line, flush=True))
+            row = bench(experiment(case, Path(work) / f"{case.name}.onnx"), ["ort_all"], Path(work), repeat, rounds,
+                        log)
             model = case.model()
             flops = sum(r.flops or 0 for r in op_histogram(model, frozen(model, {"x": list(case.x)}).model))
-            peak = peak_gflops(target_threads(target), target)
             ours, theirs = row.medians_ms.get(WORKBENCH_LABEL), row.medians_ms.get("ort_all")
             ratio = row.ratio("ort_all")
             rows.append([case.name, case.seen_in, "×".join(map(str, case.x)),
                          f"{ours:.3f}" if ours else "—", f"{theirs:.3f}" if theirs else "—",
                          f"{ratio:.2f}" if ratio else "—", *rate_and_share(flops, ours, peak),
                          *rate_and_share(flops, theirs, peak), row.status + (f": {row.reason}" if row.reason else "")])
-            print(" | ".join(rows[-1]), flush=True)
-    peak = peak_gflops(target_threads(target), target)
+            log(" | ".join(rows[-1]))
     machine = Machine(target_key(target), target_threads(target))
     protocol = ("- each op alone as a one-node ONNX model; workbench: pipeline `default`, untuned (default schedules); "
-                f"ort_all: ONNX Runtime with every graph optimization\n- timing: median of {args.rounds} interleaved "
-                f"rounds of {args.repeat} runs per label, in one process\n- peak: {peak:.0f} GFLOP/s fp32 "
-                "(cores × 2 FMA units × vector lanes × 2 × /proc/cpuinfo's nominal clock): an estimate that turbo exceeds"
-                if peak else "")
+                f"ort_all: ONNX Runtime with every graph optimization\n- timing: median of {rounds} interleaved "
+                f"rounds of {repeat} runs per label, in one process")
+    if peak:
+        protocol += (f"\n- peak: {peak:.0f} GFLOP/s fp32 (cores × 2 FMA units × vector lanes × 2 × /proc/cpuinfo's "
+                     "nominal clock): an estimate that turbo exceeds")
     header = ("op", "seen in", "input", "workbench ms", "ort_all ms", "ort_all/workbench", "workbench GFLOP/s",
               "% of peak", "ort_all GFLOP/s", "ort % of peak", "status")
-    path = write_results_page(args.out, f"ops_{host_cpu()}", "Op classes, untuned", machine, protocol, header, rows)
-    print(f"wrote {path}")
+    path = write_results_page(out, f"ops_{host_cpu()}", "Op classes, untuned", machine, protocol, header, rows)
+    log(f"wrote {path}")
     return path
-
-
-if __name__ == "__main__":
-    main()
