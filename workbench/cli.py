@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from workbench.config.baselines import baselines_help
-from workbench.errors import ReferenceFailed, UserError
+from workbench.errors import ERROR_LOG_FOLDER, ReferenceFailed, UserError
 
 if TYPE_CHECKING:  # the config module is imported by the verbs that need it, not at start-up
     from workbench.config import Experiment
@@ -52,7 +52,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.pipeline is not None:
         overrides.append(f"pipeline={json.dumps(args.pipeline)}")
     experiment, config_path = _run_config(args, overrides)
-    args.log_dir = experiment.output_dir(Path.cwd())
+    ERROR_LOG_FOLDER.set(experiment.output_dir(Path.cwd()))
     try:
         result = run_experiment(experiment, Path.cwd(), stderr, Path(args.dump_ir) if args.dump_ir else None,
                                 config_path=config_path)
@@ -75,7 +75,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     experiment = experiment.model_copy(update={
         "baselines": ["ort_all"], "accuracy": experiment.accuracy.model_copy(update={"reference": "ort_all"}),
         "output": out_dir, "profile": profile})
-    args.log_dir = out_dir
+    ERROR_LOG_FOLDER.set(out_dir)
     result = run_experiment(experiment, Path.cwd(), stderr, config_path=Path(args.config))
     stdout.print(summary_table(result))
     stdout.print(profile_table(result))
@@ -97,7 +97,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     overrides = list(args.set or []) + ([f"tuning.minutes={args.minutes}"] if args.minutes is not None else [])
     experiment = load_experiment(Path(args.config), overrides)
-    args.log_dir = experiment.output_dir(Path.cwd())
+    ERROR_LOG_FOLDER.set(experiment.output_dir(Path.cwd()))
     tuned = tune_experiment(experiment, Path.cwd(), stderr)
     results, database = tuned.tasks, tuned.database
     table = Table(title=f"{experiment.name}: tuning database {_shown(database)}")
@@ -320,7 +320,7 @@ def _log_internal_error(log_dir: Path | None) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
-    args.log_dir = None
+    ERROR_LOG_FOLDER.set(None)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # an internal bug: short message here, the traceback in a log file
         if args.debug:
             traceback.print_exc()
-        log = _log_internal_error(args.log_dir)
+        log = _log_internal_error(ERROR_LOG_FOLDER.get())
         stderr.print(f"[bold red]internal error:[/] {escape(f'{exc.__class__.__name__}: {exc}')}\n"
                      f"  traceback written to {escape(str(log))}",
                      highlight=False)

@@ -8,7 +8,13 @@ internal bug.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+from pathlib import Path
+
 import yaml
+
+# The folder of the work in flight (a run's, a sweep's): where the CLI writes an internal error's traceback.
+ERROR_LOG_FOLDER: ContextVar[Path | None] = ContextVar("error_log_folder", default=None)
 
 
 class UserError(Exception):

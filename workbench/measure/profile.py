@@ -2,10 +2,10 @@
 
 TVM 0.27's Relax VM has no profiler, but it calls an instrument before and after every call
 instruction: `tvm_profile` times each kernel call there (device synchronized after it). Each interval
-also holds the instrument's own cost (leaving Python and coming back, 1 to 7 µs, more for calls with
-more arguments): timed that way, a tuned transformer block's ~35 builtin calls (allocation, shape
-checks) looked like 43% of its time. So the kernels are charged their interval less the shortest one
-seen (a builtin that does next to nothing), and the builtins row is what is left of the plain,
+also holds the instrument's own cost (leaving Python and coming back, more for calls with more
+arguments), which would make a model with many cheap builtin calls (allocation, shape checks) look
+dominated by them (tests/test_profile.py). So the kernels are charged their interval less the shortest
+one seen (a builtin that does next to nothing), and the builtins row is what is left of the plain,
 uninstrumented latency once the kernels are taken off it. ONNX Runtime writes a Chrome-trace
 JSON with one event per node run (`SessionOptions.enable_profiling`). Both skip their warm-up runs
 and report the mean time per inference of each kernel (or node), largest first, with its share of

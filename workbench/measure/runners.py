@@ -66,7 +66,7 @@ def tvm_runner(label: str, built: Built, inputs: dict[str, np.ndarray], target: 
     """Run `main` of a built module in the Relax VM on inputs given in graph-input order.
 
     With `library` (the build's exported .so) the VM loads it instead of JIT-compiling the executable,
-    which would emit the machine code a second time (about a second for a small CNN). With an RPC
+    which would emit the machine code a second time. With an RPC
     `session`, the library is uploaded and run on the remote device."""
     device = device_for(target, session)
     if session is not None:

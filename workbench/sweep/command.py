@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from workbench.errors import ERROR_LOG_FOLDER
 from workbench.sweep.spec import SWEEP_MARKER, Sweep, load_sweep
 
 
@@ -39,7 +40,7 @@ def cmd_sweep(args: argparse.Namespace, stdout: Console, stderr: Console) -> int
     from workbench.sweep.report import console_table, write_sweep_report
 
     sweep = load_sweep(Path(args.sweep_file), Path.cwd(), list(args.set or []))
-    args.log_dir = sweep.output
+    ERROR_LOG_FOLDER.set(sweep.output)
     if args.dry_run:
         stdout.print(variants_table(sweep))
         return 0
