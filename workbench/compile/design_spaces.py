@@ -87,8 +87,8 @@ def _needs_tensor_intrinsics(task: ms.ExtractedTask) -> bool:
 
 @contextmanager
 def without_tensor_intrin_import() -> Iterator[None]:
-    """Let TuneContext's `import tvm.s_tir.tensor_intrin` (~50 s) be a no-op, where nothing needs TVM's intrinsics
-    (the workbench's own are registered by kernels/x86_int8.py)."""
+    """Let TuneContext's `import tvm.s_tir.tensor_intrin` (slow: it parses every tensor intrinsic TVM has) be a
+    no-op, where nothing needs TVM's intrinsics (the workbench's own are registered by kernels/x86_int8.py)."""
     name = "tvm.s_tir.tensor_intrin"
     if name in sys.modules:
         yield

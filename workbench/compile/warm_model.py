@@ -7,9 +7,9 @@ from one kernel's handful of trials; tuning in minutes spends much of its budget
 within a workload (its targets are min cost / cost per workload), so what it learns from other kernels carries over
 as "what makes a schedule fast on this CPU" (vectorized inner loops, parallel outer ones, tiles that fit).
 
-Pre-training replays each record's trace on its workload and extracts MetaSchedule's features (about 20 s
-for the ~2200 committed records); the trained model is cached under the user's cache folder, named by a digest of
-the databases' record files, so it is trained once per change of the committed databases.
+Pre-training replays each record's trace on its workload and extracts MetaSchedule's features (one replay per
+committed record, too slow to repeat for every tuning run); the trained model is cached under the user's cache
+folder, named by a digest of the databases' record files, so it is trained once per change of the committed databases.
 """
 
 from __future__ import annotations

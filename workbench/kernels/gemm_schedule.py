@@ -3,7 +3,7 @@
 TVM's CPU pipeline leaves dense, matmul and batch_matmul kernels (as LegalizeOps writes them, with their fused
 elementwise epilogue: bias, residual add, GELU) as plain loops: one thread, one scalar multiply-add per output
 element and K step, the sum stored and reloaded each time: an untuned transformer block or Magika spent nearly
-all their time in such loops, an order of magnitude behind ONNX Runtime (scripts/bench_ops.py's matmul rows).
+all their time in such loops, an order of magnitude behind ONNX Runtime (`workbench bench ops`' matmul rows).
 
 Here a tile of up to 8 output rows x one or two vector widths of output columns (12 accumulator vectors at most:
 room for them, the B row and A's broadcast in AVX2's 16 registers) accumulates across the whole K loop, which runs

@@ -6,7 +6,7 @@ loaded once: for int8 on a VNNI CPU one `vpdpbusd` per pixel and 4 input channel
 16-lane FMA per pixel and input channel (two explicit 8-lane vectors without AVX-512). Rows x channel blocks
 run in parallel, and the fused epilogue (scale, bias, activation, requantization) is computed per 8 pixels,
 vectorized. Untuned it is within reach of a tuned build and far ahead of relax's plain conv2d loops (tuning
-measures this schedule first, see compile/design_spaces.py; scripts/bench_levers.py and scripts/bench_ops.py
+measures this schedule first, see compile/design_spaces.py; scripts/bench_levers.py and `workbench bench ops`
 measure both). The int8 AVX2 form keeps AVX2's 6 pixels (12 ymm sums, beside the broadcast activation, the
 vpmaddubsw result and the ones): 8 pixels would take all 16 ymm registers as sums and spill.
 """

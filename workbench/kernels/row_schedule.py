@@ -6,8 +6,8 @@ dlight CPU rule (s_tir.dlight.cpu.Reduction) puts every block under one parallel
 reduction one scalar chain: a float sum waits for the previous add (several cycles) on every element, and the
 row is read at one element per add. Here each reduction over a contiguous innermost axis is split by rfactor into one partial per vector lane
 (or per the largest divisor of the row up to that), vectorized and accumulated across the row, and a short sum of
-the partials, so the row is read at vector speed (scripts/bench_ops.py times softmax and layer norm against ONNX
-Runtime). Then, as in dlight's rule: the leading spatial axes every
+the partials, so the row is read at vector speed (`workbench bench ops` times softmax and layer norm against
+ONNX Runtime). Then, as in dlight's rule: the leading spatial axes every
 block shares are fused into the row loop (parallel when the kernel is big enough), every block but the last is
 computed under it, and elementwise blocks are vectorized along the row.
 

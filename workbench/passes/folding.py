@@ -17,8 +17,8 @@ _NUMPY_OPS = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multipl
 class _NumpyFolder(relax.PyExprMutator):
     """Evaluate elementwise arithmetic and reshapes on constants with numpy, in the call's dtype.
 
-    FoldConstant would legalize and compile each of these tiny calls with LLVM (about 0.1 s apiece, 3 s
-    for convnet_small's batch norms); IEEE float32 add/subtract/multiply/divide/sqrt give the same bits
+    FoldConstant would legalize and compile each of these tiny calls with LLVM (one compile per call, dozens
+    for a model's batch norms); IEEE float32 add/subtract/multiply/divide/sqrt give the same bits
     in numpy, so the folded weights are the ones FoldConstant computes."""
 
     def _constant(self, expr: relax.Expr) -> np.ndarray | None:

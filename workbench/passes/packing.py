@@ -63,7 +63,8 @@ def _grouped(builder: relax.BlockBuilder, x: relax.Expr, attrs, w_ohwi) -> relax
 
 def _packed_nhwc(builder: relax.BlockBuilder, call: relax.Call, x: relax.Expr) -> relax.Expr:
     """The packed kernel's call on NHWC `x`. The kernel's schedule blocks output pixels along W, so a one-pixel-wide
-    image runs transposed, as one row (a free reshape in NHWC): Magika's conv ran 10x slower one pixel per step."""
+    image runs transposed, as one row (a free reshape in NHWC): at width one each step would compute one pixel and
+    reuse no weight load (`workbench bench ops`' conv5x1_one_column row times Magika's conv)."""
     a = call.attrs
     w_ohwi = to_ohwi(call.args[1].value.numpy(), str(a.kernel_layout))
     n, height, _, channels = (int(d) for d in x.ty.shape)
