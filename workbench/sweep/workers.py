@@ -169,7 +169,7 @@ def _worker_main(conn, log_path: str, setup: WorkerSetup) -> None:
 
 def worker_setup(sweep: Sweep, base_dir: Path, workers: int) -> WorkerSetup:
     """What each of `workers` processes needs; they measure side by side, so each runs its kernels on its share
-    of the cores (two workers with a pool of every core each ran 4 threads on 2 cores)."""
+    of the cores (with a pool of every core each, N workers would run N threads per core)."""
     return WorkerSetup(tuple(sweep.plugins), (str(sweep.path.parent.resolve()), str(base_dir)), str(base_dir),
                        max(1, cpu_threads() // workers))
 
@@ -237,8 +237,8 @@ class LocalPool:
 
         A task preferring a worker (the one that ran its pipeline already) waits for it while that worker is
         busy; an idle worker with nothing routed to it takes such a task only when no busy worker is running
-        the same IR: a second seed of an IR the busy worker is compiling would be compiled twice (measured: an
-        untuned sweep ran ~20% fewer variants a minute when idle workers took those). A worker that dies
+        the same IR: a second seed of an IR the busy worker is compiling would be compiled twice
+        (scripts/bench_sweep.py measures the variants a minute). A worker that dies
         (signal, os.abort, segfault) or runs past the timeout fails only its task and is replaced.
         """
         from multiprocessing.connection import wait
