@@ -6,9 +6,10 @@ import typing
 import pytest
 
 from workbench.cli import main
+from workbench.compile.build import BASELINE_BUILDS
 from workbench.config import Experiment, validate
 from workbench.config.baselines import BASELINES, DEFAULT_BASELINES, WORKBENCH_LABEL, runs_on_tvm
-from workbench.compile.build import BASELINE_BUILDS
+from workbench.measure.openvino import PRECISIONS
 from workbench.measure.runners import ORT_LEVELS
 
 BASE = {"name": "t", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]}}}
@@ -28,6 +29,8 @@ def test_every_baseline_has_a_way_to_run():
             assert runs_on_tvm(name) and name in BASELINE_BUILDS
         elif baseline.runtime == "onnxruntime":
             assert name in ORT_LEVELS and not runs_on_tvm(name)
+        elif baseline.runtime == "openvino":
+            assert name in PRECISIONS and not runs_on_tvm(name)
     assert runs_on_tvm(WORKBENCH_LABEL)
 
 

@@ -43,7 +43,7 @@ class CorpusOptions:
 
     only: list[str] | None = None
     pipeline: str = "default"
-    baselines: tuple[str, ...] = COMPARED
+    baselines: tuple[str, ...] = ("ort_all", "openvino", "iree")
     repeat: int = 10
     rounds: int = 3
     out: Path = RESULTS

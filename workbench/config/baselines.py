@@ -1,7 +1,8 @@
 """The baselines a run measures beside the workbench build, registered once: the runtime that makes each, what it
 is, whether the default `baselines:` list has it, and whether a config may name it. The config schema (`BaselineName`, the
-default list), `workbench run --help` and the experiment's dispatch derive from here (how each runs: the TVM
-recipes in experiment.py `TVM_RECIPES`, ONNX Runtime's levels in measure/runners.py `ORT_LEVELS`, measure/iree.py).
+default list), `workbench run --help` and the runner factory derive from here (how each runs: measure/factory.py,
+with the TVM recipes in compile/build.py `BASELINE_BUILDS`, ONNX Runtime's levels in measure/runners.py
+`ORT_LEVELS`, measure/iree.py, measure/openvino.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ WORKBENCH_LABEL = "workbench"  # the workbench build's label in every table, res
 @dataclass(frozen=True)
 class Baseline:
     name: str
-    runtime: Literal["tvm", "onnxruntime", "iree"]
+    runtime: Literal["tvm", "onnxruntime", "iree", "openvino"]
     doc: str
     default: bool = False  # in the `baselines:` list a config gets when it names none
     selectable: bool = True  # False: added by the run itself where it applies (ort_cuda on a cuda target)
@@ -30,6 +31,10 @@ BASELINES: dict[str, Baseline] = {b.name: b for b in (
     Baseline("tvm_unoptimized", "tvm", "legalize only, then the workbench build's lowering: what the pipeline adds",
              default=True),
     Baseline("iree", "iree", "IREE compiled for the target (needs the iree extra: pip install -e '.[iree]')"),
+    Baseline("openvino", "openvino", "OpenVINO's CPU plugin at f32 precision, latency hint (needs the openvino "
+             "extra: pip install -e '.[openvino]')"),
+    Baseline("openvino_bf16", "openvino", "OpenVINO's CPU plugin at bf16 precision, where the CPU has it natively "
+             "(AVX512_BF16 or AMX)"),
     Baseline("ort_int8", "onnxruntime", "ONNX Runtime's static INT8 quantization, calibrated on the quantize step's "
              "inputs (kept as ort_int8.onnx)"),
     Baseline("ort_cuda", "onnxruntime", "ONNX Runtime's CUDA execution provider, measured on every cuda target",

@@ -1,4 +1,4 @@
-"""One factory for every label's runner: a TVM build, ONNX Runtime at a label's level, or IREE.
+"""One factory for every label's runner: a TVM build, ONNX Runtime at a label's level, IREE or OpenVINO.
 
 Whatever measures (`workbench run`, the side-by-side benchmarks, the conformance suite, the scripts) gets its
 runners here, so every label of a comparison runs the same inputs on the same thread count, with the same files
@@ -20,6 +20,7 @@ from workbench.compile.build import Built
 from workbench.compile.targets import GENERIC_CPU
 from workbench.config.baselines import BASELINES
 from workbench.measure.iree import iree_runner
+from workbench.measure.openvino import PRECISIONS, openvino_runner
 from workbench.measure.runners import ORT_LEVELS, Runner, ort_runner, tvm_runner
 from workbench.runtime.threads import target_threads
 
@@ -50,7 +51,7 @@ def runner_for(label: str, bench: Bench, built: Built | None = None, library: Pa
                model: onnx.ModelProto | None = None) -> Runner:
     """The runner of `label`: with `built`, that TVM build (loaded from its exported `library` where given, exported
     into the work folder when it must travel to an RPC server); otherwise the label's baseline runtime, ONNX Runtime
-    at its level or IREE compiled for the target, on `model` (default: the bench's; ort_int8 passes its own)."""
+    at its level, IREE compiled for the target or OpenVINO at its precision, on `model` (default: the bench's; ort_int8 passes its own)."""
     if built is not None:
         if bench.session is not None and library is None:
             library = built.export(bench.work_dir / f"{_file_name(label)}.so")
@@ -60,6 +61,8 @@ def runner_for(label: str, bench: Bench, built: Built | None = None, library: Pa
         return iree_runner(model, bench.inputs, bench.work_dir, bench.target.kind.name,
                            arch=bench.target.attrs.get("arch"), cpu=str(bench.target.attrs.get("mcpu", GENERIC_CPU)),
                            threads=bench.thread_count)
+    if label in PRECISIONS:
+        return openvino_runner(label, model, bench.inputs, bench.thread_count)
     if label in ORT_LEVELS:
         optimized = bench.work_dir / "ort_all.optimized.onnx" if label == "ort_all" else None
         return ort_runner(label, model, bench.inputs, optimized_path=optimized, threads=bench.thread_count)

@@ -22,6 +22,7 @@ from workbench.compile.targets import describe, is_cuda, resolved
 from workbench.config import Experiment, pipeline_spec
 from workbench.errors import ReferenceFailed, UserError
 from workbench.measure.iree import iree_version
+from workbench.measure.openvino import PRECISIONS, openvino_version
 from workbench.models.accuracy import compare
 from workbench.models.canonicalize import CONVERTED_OPSET
 from workbench.record import mlflow_sink
@@ -53,6 +54,7 @@ def provenance(experiment: Experiment) -> dict:
         "onnxruntime": versions["onnxruntime"], "python": platform.python_version(),
         "config_hash": experiment.config_hash(), "seed": experiment.seed, "host": socket.gethostname(),
         "machine": platform.machine(), **({"iree": iree_version()} if "iree" in experiment.baselines else {}),
+        **({"openvino": openvino_version()} if any(label in PRECISIONS for label in experiment.baselines) else {}),
     }
 
 

@@ -26,7 +26,7 @@ from workbench.record.corpus_table import Row
 from workbench.stages import build, optimize, prepare
 
 REFERENCE = "ort_none"
-COMPARED = ("ort_all", "iree")  # the baselines this bench can time beside the workbench build
+COMPARED = ("ort_all", "openvino", "openvino_bf16", "iree")  # the baselines this bench can time beside the workbench
 
 
 class StageFailed(Exception):
