@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from workbench.cli import main
-from workbench.record.report import schedules_line
+from workbench.record.tuning_notes import schedules_line
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402

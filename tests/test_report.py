@@ -4,8 +4,11 @@ import matplotlib.image
 from rich.console import Console
 from test_results import sample_result
 
-from workbench.record.report import console_table, latency_chart, latency_figure, summary_rows, write_report
+from workbench.record.charts import latency_chart, latency_figure
+from workbench.record.report import write_report
 from workbench.record.result import RunResult
+from workbench.record.rows import summary_rows
+from workbench.record.tables import console_table
 
 
 def typed(result: dict) -> RunResult:
@@ -83,10 +86,15 @@ def test_console_table_renders_speedups_and_passes():
 
 
 def test_a_database_that_covers_none_of_the_kernels_reads_untuned():
-    """A database applied to another model's build schedules nothing: the note says untuned, not "tuned for X; 0/49"."""
-    from workbench.record.report import tuning_note
+    """A database applied to another model's build schedules nothing: the note counts 0 from it and every kernel
+    untuned, with why that database (another target's) was chosen."""
+    from workbench.record.tuning_notes import tuning_note
 
-    applied = {"match": "closest", "tuned_for": "llvm-znver2", "path": "schedules/q/llvm-znver2", "note": None}
-    assert tuning_note({**applied, "covered": [], "fallback": ["a", "b"]}) == \
-        "untuned: the database for llvm-znver2 has none of these 2 kernels"
-    assert tuning_note({**applied, "covered": ["a"], "fallback": ["b"]}) == "tuned for llvm-znver2; 1/2 kernels tuned"
+    note = "tuned for llvm-znver2 (closest to llvm-znver3, which has no database; tune it: workbench tune q.yaml)"
+    applied = {"root": "schedules/q", "match": "closest", "tuned_for": "llvm-znver2", "path": "schedules/q/llvm-znver2",
+               "note": note, "layout_rewrite": False}
+    source = {"name": "q", "match": "closest", "path": applied["path"], "tuned_for": "llvm-znver2"}
+    assert tuning_note({**applied, "covered": [], "fallback": ["a", "b"], "sources": [{**source, "kernels": []}]}) \
+        == f"schedules: 0 from q (closest), 2 untuned; {note}"
+    assert tuning_note({**applied, "covered": ["a"], "fallback": ["b"], "sources": [{**source, "kernels": ["a"]}]}) \
+        == f"schedules: 1 from q (closest), 1 untuned; {note}"

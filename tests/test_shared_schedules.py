@@ -25,7 +25,7 @@ from workbench.compile.tune import tune_tasks
 from workbench.compile.tuning_clock import TuningClock
 from workbench.config import TargetConfig, TuningConfig, load_experiment, validate
 from workbench.passes.pipeline import run_pipeline
-from workbench.record.report import schedules_line, tuning_note
+from workbench.record.tuning_notes import schedules_line, tuning_note
 
 HOST = make_target(TargetConfig())
 HOST_KEY = target_key(HOST)

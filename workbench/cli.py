@@ -37,7 +37,7 @@ DEFAULT_STORE = "runs/results.sqlite"  # where `workbench run` writes, from the 
 
 def _print_run(result: RunResult, experiment: Experiment) -> None:
     """The run's table and where its files and store row went."""
-    from workbench.record.report import console_table
+    from workbench.record.tables import console_table
 
     stdout.print(console_table(result))
     out_dir = experiment.output_dir(Path.cwd())
@@ -67,7 +67,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     """`run` of the workbench build and ort_all only, with the per-kernel profile of both, into <output>/profile."""
     from workbench.config import ProfileConfig, load_experiment
     from workbench.experiment import run_experiment
-    from workbench.record.report import profile_table, summary_table
+    from workbench.record.tables import profile_table, summary_table
 
     experiment = load_experiment(Path(args.config), list(args.set or []))
     out_dir = experiment.output_dir(Path.cwd()) / "profile"
@@ -143,8 +143,9 @@ def cmd_passes(_args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from workbench.record.report import console_table, write_report
+    from workbench.record.report import write_report
     from workbench.record.result import RunResult
+    from workbench.record.tables import console_table
 
     folder = Path(args.run_dir)
     result = RunResult.read(folder)
@@ -170,8 +171,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from workbench.record.charts import save_png
     from workbench.record.compare import compare_figure, compare_view, load_runs
-    from workbench.record.report import save_png
 
     runs = load_runs(args.runs, Path(args.store))
     stdout.print(compare_view(runs))

@@ -56,14 +56,14 @@ def _tuning_text(result: RunResult) -> str:
     tuning = result.tuning
     if not tuning:
         return "none"
-    if tuning.get("match") == "none":
+    if tuning.match == "none":
         return "none (no database for this target)"
-    return f"{tuning.get('path')} ({tuning.get('match')}, {len(tuning.get('covered') or [])} kernels tuned)"
+    return f"{tuning.path} ({tuning.match}, {len(tuning.covered or [])} kernels tuned)"
 
 
 def _tuning_budget(result: RunResult) -> str:
     trials = result.tuning_trials
-    return f"{sum(task.get('trials_run', 0) for task in trials)} trials tuned in this run" if trials else "none in this run"
+    return f"{sum(task.trials_run for task in trials)} trials tuned in this run" if trials else "none in this run"
 
 
 def settings(result: RunResult) -> dict[str, str]:
@@ -191,7 +191,7 @@ def profile_tables(runs: list[Compared]) -> list[Table]:
         return []
     tables = []
     for label in [label for label in profiles[0] if all(label in p for p in profiles)]:
-        per_run = [{k["name"]: k["us"] for k in p[label]["kernels"]} for p in profiles]
+        per_run = [{k.name: k.us for k in p[label].kernels} for p in profiles]
         names = list(dict.fromkeys(name for kernels in per_run for name in kernels))
         table = Table(title=f"{label}: µs per inference by kernel")
         table.add_column("kernel")
@@ -199,7 +199,7 @@ def profile_tables(runs: list[Compared]) -> list[Table]:
             table.add_column(run.label, justify="right")
         for name in names:
             table.add_row(name, *[f"{kernels[name]:.1f}" if name in kernels else "—" for kernels in per_run])
-        table.add_row("total", *[f"{p[label]['total_us']:.1f}" for p in profiles], style="bold")
+        table.add_row("total", *[f"{p[label].total_us:.1f}" for p in profiles], style="bold")
         tables.append(table)
     return tables
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,9 @@ from matplotlib.figure import Figure  # a bare Figure renders with Agg, with no 
 from workbench.atomic import atomic_write_text
 from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.models.corpus import CorpusEntry
-from workbench.record.report import markdown_table, number_text, save_png
+from workbench.record.charts import save_png
+from workbench.record.markdown import markdown_table
+from workbench.record.rows import number_text
 
 
 @dataclass
@@ -123,6 +126,20 @@ def _heading(setting: Setting) -> str:
     return f"Real-model corpus on {setting.cpu}, {setting.date}"
 
 
+def ratio_summary(rows: list[Row], baselines: tuple[str, ...]) -> str:
+    """Per baseline: the geometric mean of its ratios over the models both ran, and the model the workbench trails
+    most (the figures the goals are stated in)."""
+    parts = []
+    for label in baselines:
+        ratios = {row.name: ratio for row in rows if (ratio := row.ratio(label))}
+        if ratios:
+            worst = min(ratios, key=ratios.get)
+            geomean = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
+            parts.append(f"{label}/workbench geomean {geomean:.2f}× over {len(ratios)} models, lowest "
+                         f"{ratios[worst]:.2f}× ({worst})")
+    return "; ".join(parts) + "." if parts else ""
+
+
 def markdown_text(rows: list[Row], entries: dict[str, CorpusEntry], setting: Setting, chart: str) -> str:
     """The report: heading (date, CPU, threads, versions, protocol), the table, the chart, what each model is."""
     cols = columns(setting.baselines)
@@ -139,7 +156,7 @@ def markdown_text(rows: list[Row], entries: dict[str, CorpusEntry], setting: Set
         f"with each model's rtol/atol (workbench/models/corpus.yaml); inputs are seeded random values\n"
         f"- versions: {versions}",
         f"{len(rows)} models: {counts['ok']} ok, {counts['mismatch']} outside their tolerance, "
-        f"{counts['failed']} failed.",
+        f"{counts['failed']} failed. {ratio_summary(rows, setting.baselines)}",
         markdown_table(tuple(col.title for col in cols), [[col.text(row) for col in cols] for row in rows]),
         f"![ratios]({chart})",
         "## Models",

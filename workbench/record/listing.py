@@ -12,7 +12,7 @@ import json
 
 from rich.table import Table
 
-from workbench.record.report import number_text
+from workbench.record.rows import number_text
 
 LIST_COLUMNS = ("id", "created", "name", "model", "target", "pipeline", "workbench_ms", "ort_all_ratio", "status")
 

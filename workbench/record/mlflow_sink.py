@@ -13,8 +13,8 @@ from typing import Any
 
 from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import UserError
-from workbench.record.report import schedules_line
 from workbench.record.result import RESULT_FILE, RunResult
+from workbench.record.tuning_notes import schedules_line
 
 ARTIFACTS = (RESULT_FILE, "report.md")  # and every *.png of the run folder
 PARAM_LIMIT = 6000  # MLflow rejects longer parameter values (a long pipeline's text)
@@ -48,20 +48,20 @@ def _experiment_id(client, name: str) -> str:
 
 def run_params(result: RunResult) -> dict[str, str]:
     """What the run was: pipeline, target key, threads, reference, model source, the database applied."""
-    tuning = result.tuning or {}
+    tuning = result.tuning
     params: dict[str, Any] = {
         "pipeline_text": result.pipeline_text,
         "target_key": (result.target_resolved or {}).get("key"),
         "threads": result.threads,
         "reference": result.reference,
         "model_source": result.model.get("source"),
-        "database": tuning.get("path") or "untuned",
-        "database_match": tuning.get("match"),
+        "database": (tuning.path if tuning else None) or "untuned",
+        "database_match": tuning.match if tuning else None,
         "schedules": schedules_line(tuning) if tuning else None,  # kernels per database, shared ones included
         "config_hash": result.provenance.get("config_hash"),
     }
     if result.tuning_trials:
-        params["tuning.trials_run"] = sum(int(t.get("trials_run") or 0) for t in result.tuning_trials)
+        params["tuning.trials_run"] = sum(task.trials_run for task in result.tuning_trials)
     return {key: str(value)[:PARAM_LIMIT] for key, value in params.items() if value is not None}
 
 

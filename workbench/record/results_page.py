@@ -14,9 +14,10 @@ from pathlib import Path
 from rich.table import Table
 
 from workbench.atomic import atomic_write_text
-from workbench.record.report import markdown_table
+from workbench.record.markdown import markdown_table
 
-VERSIONED = {"tvm": "apache-tvm", "onnxruntime": "onnxruntime", "onnx": "onnx", "iree": "iree-base-compiler"}
+VERSIONED = {"tvm": "apache-tvm", "onnxruntime": "onnxruntime", "onnx": "onnx", "iree": "iree-base-compiler",
+             "openvino": "openvino"}
 
 
 def cpu_name() -> str:

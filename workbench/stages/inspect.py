@@ -32,7 +32,7 @@ from workbench.models.summary import (
     model_inputs,
     op_histogram,
 )
-from workbench.record.report import changed_ops
+from workbench.record.rows import changed_ops
 from workbench.stages import optimize, prepare
 
 # `run --model` measures against ONNX Runtime only: the two TVM baselines build the model twice more, which a

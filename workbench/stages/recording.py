@@ -26,9 +26,10 @@ from workbench.measure.openvino import PRECISIONS, openvino_version
 from workbench.models.accuracy import compare
 from workbench.models.canonicalize import CONVERTED_OPSET
 from workbench.record import mlflow_sink
-from workbench.record.report import schedules_line, write_report
-from workbench.record.result import Accuracy, Measurement, PassEntry, RunResult
+from workbench.record.report import write_report
+from workbench.record.result import Accuracy, CudaReport, Measurement, PassEntry, RunResult
 from workbench.record.store import ResultsStore
+from workbench.record.tuning_notes import schedules_line
 from workbench.runtime.threads import target_threads
 from workbench.stages import Optimized, Prepared
 from workbench.stages.measuring import LabelMeasured, Measured
@@ -121,7 +122,7 @@ def note_label(result: RunResult, measured: LabelMeasured, out_dir: Path) -> Non
     label = measured.label
     result.kernels[label] = measured.kernels
     if measured.cuda is not None:
-        result.cuda[label] = measured.cuda
+        result.cuda[label] = CudaReport.model_validate(measured.cuda)
     if measured.failure is not None:
         result.measurements[label] = _not_measured(f"not available: {measured.failure}")
         if label == result.reference:

@@ -24,7 +24,8 @@ from workbench.atomic import atomic_write_text  # noqa: E402
 from workbench.config import RESULTS_STORE  # noqa: E402
 from workbench.config.baselines import WORKBENCH_LABEL  # noqa: E402
 from workbench.errors import UserError  # noqa: E402
-from workbench.record.report import markdown_table, save_png  # noqa: E402
+from workbench.record.charts import save_png  # noqa: E402
+from workbench.record.markdown import markdown_table  # noqa: E402
 from workbench.sweep.spec import SWEEP_MARKER  # noqa: E402
 from workbench.sweep.store import SweepStore  # noqa: E402
 
@@ -91,7 +92,7 @@ def ranked_rows(folder: Path) -> tuple[list[dict], list[dict], dict]:
             "structural_hash": members[0]["structural_hash"],
             "passes": [p.name for p in first.passes],
             "tuned": bool(members[0].get("tuned")),
-            "covered": len(first.tuning.get("covered", [])) if first.tuning else None,
+            "covered": len(first.tuning.covered or []) if first.tuning else None,
         })
     for tuned in (False, True):
         _rank([r for r in rows if r["tuned"] == tuned])
