@@ -25,13 +25,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from workbench.compile.build import build_tvm_default
+from workbench.compile.build import BASELINE_BUILDS, build_lowered
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment, TargetConfig, load_experiment, validate
 from workbench.config.pipeline_spec import parse_text
 from workbench.errors import BaselineUnavailable
-from workbench.measure.iree import iree_runner
-from workbench.measure.runners import Runner, ort_runner, tvm_runner
+from workbench.measure.factory import Bench, runner_for
+from workbench.measure.runners import Runner
 from workbench.measure.timing import interleaved_medians
 from workbench.models import zoo
 from workbench.record.results_page import Machine, rich_rows, write_results_page
@@ -51,30 +51,32 @@ def experiment_for(name: str) -> Experiment:
     return load_experiment(ROOT / "configs" / f"{name}.yaml")
 
 
-def workbench_candidates(prepared: Prepared, pipelines: list[str], database=None) -> dict[str, Runner]:
+def workbench_candidates(prepared: Prepared, bench: Bench, pipelines: list[str], database=None) -> dict[str, Runner]:
     """One runner per workbench pipeline, and with a `database` one more per pipeline with tuned schedules."""
-    runners, target, inputs = {}, prepared.target, prepared.inputs
+    runners, target = {}, prepared.target
     for text in pipelines:
         optimized = optimize(prepared, parse_text(text))
-        runners[f"workbench[{text}]"] = tvm_runner(text, build(optimized, target), inputs, target)
-        tuned = build(optimized, target, database) if database is not None else None
+        label = f"workbench[{text}]"
+        runners[label] = runner_for(label, bench, build(optimized, target))
+        tuned = build_lowered(optimized.module, target, database) if database is not None else None
         if tuned is not None and tuned.tuning["covered"]:  # a database for another model covers nothing here
-            covered = f"+tuned {len(tuned.tuning['covered'])}/{tuned.kernels}"
-            runners[f"workbench[{text}{covered}]"] = tvm_runner(text, tuned, inputs, target)
+            label = f"workbench[{text}+tuned {len(tuned.tuning['covered'])}/{tuned.kernels}]"
+            runners[label] = runner_for(label, bench, tuned)
     return runners
 
 
 def bench_model(name: str, pipelines: list[str], repeat: int, rounds: int, console: Console, database=None) -> dict:
     experiment = experiment_for(name)
-    with console.status(f"{name}: building"), tempfile.TemporaryDirectory() as iree_dir:
+    with console.status(f"{name}: building"), tempfile.TemporaryDirectory() as work_dir:
         prepared = prepare(experiment, ROOT, make_target(TargetConfig()))  # this machine's CPU
-        model, inputs, target, imported = prepared.canonical, prepared.inputs, prepared.target, prepared.imported
-        runners = workbench_candidates(prepared, pipelines, database)
-        runners["ort_all"] = ort_runner("ort_all", model, inputs)
-        runners["tvm_default"] = tvm_runner("tvm_default", build_tvm_default(imported, target), inputs, target)
+        bench = Bench(prepared.canonical, prepared.inputs, prepared.target, Path(work_dir))
+        runners = workbench_candidates(prepared, bench, pipelines, database)
+        runners["ort_all"] = runner_for("ort_all", bench)
+        runners["tvm_default"] = runner_for("tvm_default", bench,
+                                            BASELINE_BUILDS["tvm_default"](prepared.imported, prepared.target))
         notes = {}
         try:
-            runners["iree"] = iree_runner(model, inputs, Path(iree_dir), "llvm", cpu=str(target.attrs["mcpu"]))
+            runners["iree"] = runner_for("iree", bench)
         except BaselineUnavailable as exc:
             notes["iree"] = f"not available: {exc}"
     with console.status(f"{name}: timing {len(runners)} labels, {rounds} rounds of {repeat}"):

@@ -2,11 +2,12 @@
 
 For each config (default: the quickstart, the two other zoo models and rapidocr det), in one process,
 on the same canonical ONNX and the same seeded inputs: the workbench build exactly as `workbench run`
-makes it (the config's pipeline, the committed database that fits this CPU, weight pre-packing if the
+makes it (the config's pipeline, the schedule databases a run reads on this CPU, weight pre-packing if the
 config asks for it), ort_all (ORT_ENABLE_ALL), IREE (llvm-cpu for this CPU) and tvm_default, all for
 this machine's CPU. Labels are timed in interleaved rounds (median of round medians), so load changes
 hit all of them alike. Printed: medians, the ratios ort_all/workbench and iree/workbench (> 1: the
-workbench is faster), which database each build used, and the workbench's max error against ort_all.
+workbench is faster), which databases supplied each build's schedules, and the workbench's max error
+against ort_all.
 
     python scripts/bench_cpu.py [--configs quickstart,mobilenet_block,transformer_block,rapidocr_det]
                                 [--repeat 20] [--rounds 3] [--json out.json]
@@ -23,48 +24,50 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from workbench.compile.build import build_tvm_default
-from workbench.compile.databases import applied_database
+from workbench.compile.build import BASELINE_BUILDS, Built
+from workbench.compile.schedule_sources import schedule_sources
 from workbench.compile.targets import host_cpu, target_key
 from workbench.config import load_experiment
 from workbench.errors import BaselineUnavailable
-from workbench.measure.iree import iree_runner
-from workbench.measure.runners import Runner, ort_runner, tvm_runner
+from workbench.measure.factory import Bench, runner_for
 from workbench.measure.timing import interleaved_medians
 from workbench.record.results_page import Machine, write_results_page
+from workbench.record.tuning_notes import tuning_note
 from workbench.runtime.threads import cpu_threads
-from workbench.stages import build, optimize, prepare
+from workbench.stages import Prepared, build, optimize, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = "quickstart,mobilenet_block,transformer_block,rapidocr_det"
 BASELINES = ("ort_all", "iree", "tvm_default")
 
 
-def workbench_runner(config: Path) -> tuple[Runner, dict, object]:
-    """The config's workbench build as `workbench run` makes it, its runner, and what the row records of it."""
+def workbench_build(config: Path) -> tuple[Prepared, Built, dict]:
+    """The config's workbench build as `workbench run` makes it (its pipeline, the databases it reads, weight
+    pre-packing where the config asks for it), and what the row records of it."""
     experiment = load_experiment(config)
     prepared = prepare(experiment, ROOT)
-    target, model, inputs, imported = prepared.target, prepared.canonical, prepared.inputs, prepared.imported
+    target = prepared.target
     optimized = optimize(prepared, experiment.pipeline, stats=False)
-    choice, database = applied_database(experiment, ROOT, target, f"workbench tune {config}")
-    note = "untuned (no tuning: section)" if choice is None else choice.note or f"tuned for {choice.tuned_for}"
-    built = build(optimized, target, database, experiment.layout_rewrite)
-    if built.tuning:
-        note += f"; {len(built.tuning['covered'])}/{built.kernels} kernels tuned"
-    row = {"config": config.stem, "target": target_key(target), "database": note, "kernels": built.kernels}
-    return tvm_runner("workbench", built, inputs, target), row, (model, inputs, imported, target)
+    sources = schedule_sources(experiment, ROOT, target, f"workbench tune {config}")
+    built = build(optimized, target, sources, experiment.layout_rewrite)
+    note = None if sources is None else tuning_note(sources.record(built.tuning, experiment.layout_rewrite))
+    row = {"config": config.stem, "target": target_key(target), "database": note or "untuned (no database)",
+           "kernels": built.kernels}
+    return prepared, built, row
 
 
 def bench_config(config: Path, repeat: int, rounds: int, console: Console) -> dict:
-    with console.status(f"{config.stem}: building"), tempfile.TemporaryDirectory() as iree_dir:
-        workbench, row, (model, inputs, imported, target) = workbench_runner(config)
-        runners = {"workbench": workbench, "ort_all": ort_runner("ort_all", model, inputs)}
+    with console.status(f"{config.stem}: building"), tempfile.TemporaryDirectory() as work_dir:
+        prepared, built, row = workbench_build(config)
+        bench = Bench(prepared.canonical, prepared.inputs, prepared.target, Path(work_dir))
+        runners = {"workbench": runner_for("workbench", bench, built), "ort_all": runner_for("ort_all", bench)}
         try:
-            runners["iree"] = iree_runner(model, inputs, Path(iree_dir), "llvm", cpu=str(target.attrs["mcpu"]))
+            runners["iree"] = runner_for("iree", bench)
         except BaselineUnavailable as exc:
             row["iree note"] = str(exc)
-        runners["tvm_default"] = tvm_runner("tvm_default", build_tvm_default(imported, target), inputs, target)
-        ours, theirs = workbench.infer(), runners["ort_all"].infer()
+        runners["tvm_default"] = runner_for("tvm_default", bench,
+                                            BASELINE_BUILDS["tvm_default"](prepared.imported, prepared.target))
+        ours, theirs = runners["workbench"].infer(), runners["ort_all"].infer()
         row["max abs err vs ort_all"] = max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs))
         with console.status(f"{config.stem}: timing {len(runners)} labels, {rounds} rounds of {repeat}"):
             medians = interleaved_medians(runners, repeat, rounds)
@@ -91,8 +94,9 @@ def cells(row: dict) -> list[str]:
 
 
 def protocol(repeat: int, rounds: int) -> str:
-    return (f"Each config's workbench build as `workbench run` makes it (its pipeline and the database that fits this "
-            f"CPU), timed with the baselines in {rounds} interleaved rounds of {repeat} runs in one process; "
+    return ("Each config's workbench build as `workbench run` makes it (its pipeline and the schedule databases a "
+            f"run reads on this CPU), timed with the baselines in {rounds} interleaved rounds of {repeat} runs in one "
+            "process; "
             "ratios are the baseline's median / the workbench median (> 1: the workbench is faster).")
 
 

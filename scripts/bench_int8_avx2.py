@@ -29,8 +29,8 @@ from workbench.compile.targets import host_cpu, make_target
 from workbench.config import TargetConfig, load_experiment
 from workbench.config.named_pipelines import expand
 from workbench.config.pipeline_spec import parse_text
-from workbench.experiment import ort_int8_model
-from workbench.measure.runners import ort_runner, tvm_runner
+from workbench.measure.factory import Bench, runner_for
+from workbench.measure.ort_quant import ort_int8_model
 from workbench.measure.timing import interleaved_medians
 from workbench.models.accuracy import compare
 from workbench.runtime.threads import cpu_threads
@@ -62,18 +62,19 @@ def main() -> None:
               "int8 vnni (host)": (experiment.pipeline, host),
               f"fp32 default ({args.avx2_cpu})": (DEFAULT, avx2),
               "fp32 default (host)": (DEFAULT, host)}
+    work_dir = ROOT / "runs" / "bench_int8_avx2"
     runners, notes = {}, {}
     for label, (pipeline, target) in builds.items():
         prepared = prepare(experiment, ROOT, target)
         optimized = optimize(prepared, pipeline, stats=False)
-        runners[label] = tvm_runner(label, build(optimized, target), prepared.inputs, target)
+        bench = Bench(prepared.canonical, prepared.inputs, target, work_dir)
+        runners[label] = runner_for(label, bench, build(optimized, target))
         int8 = next((r.analysis["int8"] for r in optimized.records if "int8" in r.analysis), None)
         notes[label] = f"vnni {int8['vnni']}, avx2 {int8['avx2']} kernels" if int8 else ""
-    model, inputs = prepared.canonical, prepared.inputs
-    runners["ort_int8"] = ort_runner("ort_int8", ort_int8_model(experiment, model, ROOT / "runs" / "bench_int8_avx2"),
-                                     inputs)
-    runners["ort_all"] = ort_runner("ort_all", model, inputs)
-    reference = ort_runner("ort_none", model, inputs).infer()
+    bench = Bench(prepared.canonical, prepared.inputs, host, work_dir)
+    runners["ort_int8"] = runner_for("ort_int8", bench, model=ort_int8_model(experiment, bench.model, work_dir))
+    runners["ort_all"] = runner_for("ort_all", bench)
+    reference = runner_for("ort_none", bench).infer()
     medians = interleaved_medians(runners, args.repeat, args.rounds)
     base = medians[f"int8 avx2 ({args.avx2_cpu})"]
     print(f"host {host_cpu()}, {cpu_threads()} threads, {args.rounds} rounds x {args.repeat} runs")

@@ -17,10 +17,9 @@ import json
 import shutil
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -29,8 +28,8 @@ from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE, applied_da
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment, load_experiment
 from workbench.errors import BaselineUnavailable
-from workbench.measure.iree import iree_runner
-from workbench.measure.runners import Runner, ort_runner, tvm_runner
+from workbench.measure.factory import Bench, runner_for
+from workbench.measure.runners import Runner
 from workbench.measure.timing import interleaved_medians
 from workbench.models.inputs import canonical_model, make_inputs
 from workbench.record.results_page import Machine, rich_rows, write_results_page
@@ -122,8 +121,9 @@ def variant_experiment(config: Path, variant: Variant, scratch: Path, tune: bool
     return experiment
 
 
-def variant_runner(experiment: Experiment, inputs: dict[str, np.ndarray]) -> tuple[Runner, str]:
-    """The workbench build of `experiment` as `workbench run` makes it, and which database it used."""
+def variant_runner(label: str, experiment: Experiment, bench: Bench) -> tuple[Runner, str]:
+    """The workbench build of `experiment` with its own database only (no shared ones, so each lever is measured on
+    its own), its runner, and which database it used."""
     target = make_target(experiment.target)
     optimized = optimized_module(experiment, ROOT, target)
     choice, database = applied_database(experiment, ROOT, target, "")
@@ -131,7 +131,7 @@ def variant_runner(experiment: Experiment, inputs: dict[str, np.ndarray]) -> tup
     built = build_lowered(optimized, target, database, experiment.layout_rewrite)
     if built.tuning:
         note += f", {len(built.tuning['covered'])}/{built.kernels} kernels tuned"
-    return tvm_runner("workbench", built, inputs, target), f"{target_key(target)}; {note}"
+    return runner_for(label, replace(bench, target=target), built), f"{target_key(target)}; {note}"
 
 
 def main() -> None:
@@ -154,12 +154,12 @@ def main() -> None:
     base = load_experiment(config)
     model = canonical_model(base.model, ROOT).model
     inputs = make_inputs(model, base.model, base.seed, ROOT)
-    runners: dict[str, Runner] = {"ort_all": ort_runner("ort_all", model, inputs)}
     notes: dict[str, str] = {"ort_all": "ONNX Runtime, ORT_ENABLE_ALL"}
     with tempfile.TemporaryDirectory() as scratch:
+        bench = Bench(model, inputs, make_target(base.target), Path(scratch))
+        runners: dict[str, Runner] = {"ort_all": runner_for("ort_all", bench)}
         try:
-            runners["iree"] = iree_runner(model, inputs, Path(scratch) / "iree", "llvm",
-                                          cpu=str(make_target(base.target).attrs["mcpu"]))
+            runners["iree"] = runner_for("iree", bench)
             notes["iree"] = "IREE llvm-cpu, host CPU"
         except BaselineUnavailable as exc:
             console.print(f"iree: {exc}")
@@ -169,7 +169,7 @@ def main() -> None:
                 console.print(f"{variant.label}: skipped, --no-tune and no database at {experiment.database_root(ROOT)}")
                 continue
             with console.status(f"building {variant.label}"):
-                runners[variant.label], notes[variant.label] = variant_runner(experiment, inputs)
+                runners[variant.label], notes[variant.label] = variant_runner(variant.label, experiment, bench)
         with console.status(f"timing {len(runners)} labels, {args.rounds} rounds of {args.repeat}"):
             medians = interleaved_medians(runners, args.repeat, args.rounds)
     table = Table(title=f"{args.config}: each lever on its own (median of {args.rounds} interleaved rounds "

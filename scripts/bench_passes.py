@@ -9,6 +9,7 @@ ratios are unoptimized median / variant median (> 1 means the pass helps). Usage
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 
 import tvm
@@ -18,8 +19,8 @@ from rich.table import Table
 from workbench.compile.targets import host_cpu
 from workbench.config import load_experiment
 from workbench.config.pipeline_spec import parse_text
-from workbench.measure.runners import tvm_runner
-from workbench.measure.timing import time_call
+from workbench.measure.factory import Bench, runner_for
+from workbench.measure.timing import interleaved
 from workbench.record.results_page import Machine, rich_rows, write_results_page
 from workbench.runtime.threads import cpu_threads
 from workbench.stages import build, optimize, prepare
@@ -34,23 +35,30 @@ FULL_PIPELINE = "fold_constant,fold_batchnorm,fuse,dce"
 def bench_model(label: str, config: Path, repeat: int, console: Console) -> Table:
     experiment = load_experiment(config)
     prepared = prepare(experiment, ROOT, tvm.target.Target({"kind": "llvm"}))
-    inputs, target = prepared.inputs, prepared.target
     variants = {"unoptimized": ""} | {name: name for name in SINGLE_PASSES} | {"full pipeline": FULL_PIPELINE}
+    runners, failed = {}, {}
+    with tempfile.TemporaryDirectory() as work_dir:
+        bench = Bench(prepared.canonical, prepared.inputs, prepared.target, Path(work_dir))
+        for name, text in variants.items():
+            with console.status(f"{label}: building {name}"):
+                try:
+                    built = build(optimize(prepared, parse_text(text)), prepared.target)
+                except Exception as exc:  # a pass that makes the model unbuildable is a finding, not a crash
+                    failed[name] = str(exc).strip().splitlines()[0][:60]
+                    continue
+                runners[name] = runner_for(name, bench, built)
+        with console.status(f"{label}: timing {len(runners)} variants"):
+            medians = {name: timing.median_ms for name, timing in interleaved(runners, 1, repeat, 1).items()}
     table = Table(title=f"{label}: unoptimized vs single passes vs full pipeline (llvm, median of {repeat})")
     for column in ("variant", "kernels", "median ms", "speedup vs unoptimized"):
         table.add_column(column, justify="right" if column != "variant" else "left")
     baseline_ms = None
-    for name, text in variants.items():
-        with console.status(f"{label}: {name}"):
-            try:
-                built = build(optimize(prepared, parse_text(text)), target)
-            except Exception as exc:  # a pass that makes the model unbuildable is a finding, not a crash
-                table.add_row(name, "—", "build failed", str(exc).strip().splitlines()[0][:60])
-                continue
-            runner = tvm_runner(name, built, inputs, target)
-            median = time_call(runner.run_once, warmup=1, repeat=repeat, sync=runner.sync).median_ms
-        baseline_ms = baseline_ms or median
-        table.add_row(name, str(built.kernels), f"{median:.3f}", f"{baseline_ms / median:.2f}×")
+    for name in variants:
+        if name in failed:
+            table.add_row(name, "—", "build failed", failed[name])
+            continue
+        baseline_ms = baseline_ms or medians[name]
+        table.add_row(name, str(runners[name].kernels), f"{medians[name]:.3f}", f"{baseline_ms / medians[name]:.2f}×")
     return table
 
 

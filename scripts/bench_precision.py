@@ -21,6 +21,7 @@ agreement over the calibration inputs. The rapidocr models run and calibrate on 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +31,12 @@ from tvm.target import codegen
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment, TargetConfig, load_experiment
 from workbench.config.pipeline_spec import PassSpec, parse_text, to_text
-from workbench.experiment import calibration_samples, ort_int8_model
 from workbench.kernels.packed_conv import vnni_target
-from workbench.measure.runners import ort_runner, tvm_runner
-from workbench.measure.timing import time_call
+from workbench.measure.factory import Bench, runner_for
+from workbench.measure.ort_quant import calibration_samples, ort_int8_model
+from workbench.measure.timing import interleaved
 from workbench.models.accuracy import compare
-from workbench.record.report import markdown_table
+from workbench.record.markdown import markdown_table
 from workbench.record.results_page import Machine, write_results_page
 from workbench.runtime.threads import cpu_threads
 from workbench.stages import build, optimize, prepare
@@ -129,24 +130,23 @@ def bench_model(name: str, repeat: int, console: Console) -> list[dict]:
             for kind in ("symmetric", "asymmetric")} if "int8" in extra else {}
     pipelines = {"fp32 workbench": FP32, **int8, **({"fp16 workbench": FP16} if "fp16" in extra else {})}
     samples = calibration_samples(experiment, model)
+    bench = Bench(model, inputs, target, out_dir)
     onnx_models = {"ort_all": model}
     builds, runners, notes = {}, {}, {}
     for label, pipeline in pipelines.items():
         with console.status(f"{name}: building {label}"):
             optimized = optimize(prepared, parse_text(pipeline), stats=False)
             builds[label] = build(optimized, target)
-        runners[label] = tvm_runner(label, builds[label], inputs, target)
+        runners[label] = runner_for(label, bench, builds[label])
         notes[label] = _int8_note(optimized.records, target)
     if "int8" in extra:
         with console.status(f"{name}: ONNX Runtime static quantization"):
             onnx_models["ort_int8"] = ort_int8_model(experiment, model, out_dir)
-        runners["ort_int8"] = ort_runner("ort_int8", onnx_models["ort_int8"], inputs)
-    runners["ort_all"] = ort_runner("ort_all", model, inputs)
-    reference = ort_runner("ort_none", model, inputs).infer()
-    medians = {}
-    for label, runner in runners.items():
-        with console.status(f"{name}: timing {label}"):
-            medians[label] = time_call(runner.run_once, warmup=1, repeat=repeat, sync=runner.sync).median_ms
+        runners["ort_int8"] = runner_for("ort_int8", bench, model=onnx_models["ort_int8"])
+    runners["ort_all"] = runner_for("ort_all", bench)
+    reference = runner_for("ort_none", bench).infer()
+    with console.status(f"{name}: timing {len(runners)} labels"):
+        medians = {label: timing.median_ms for label, timing in interleaved(runners, 1, repeat, 1).items()}
     rows = []
     for label, runner in runners.items():
         figures = compare(runner.infer(), reference, rtol=0.0, atol=0.0)
@@ -156,9 +156,8 @@ def bench_model(name: str, repeat: int, console: Console) -> list[dict]:
                "note": notes.get(label, "")}
         if name in TOP1_MODELS:
             def on(sample, label=label):
-                return (tvm_runner(label, builds[label], sample, target) if label in builds
-                        else ort_runner(label, onnx_models[label], sample))
-            row["top1"] = _top1(on, samples, lambda sample: ort_runner("ort_none", model, sample))
+                return runner_for(label, replace(bench, inputs=sample), builds.get(label), model=onnx_models.get(label))
+            row["top1"] = _top1(on, samples, lambda sample: runner_for("ort_none", replace(bench, inputs=sample)))
         if label == "fp16 workbench" and row["vs_fp32"] < 1 and not codegen.target_has_features("avx512fp16", target):
             row["note"] = "slower: this CPU has no native fp16 arithmetic (no avx512fp16), every op converts"
         rows.append(row)

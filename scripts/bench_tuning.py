@@ -10,23 +10,20 @@ Prints each label's median latency and the ratios; timings on a loaded machine m
 from __future__ import annotations
 
 import argparse
-import sys
+import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from workbench.compile.build import BASELINE_BUILDS, build_lowered
+from workbench.compile.databases import choose_database, open_database
+from workbench.compile.targets import host_cpu, target_key
+from workbench.config import load_experiment
+from workbench.measure.factory import Bench, runner_for
+from workbench.measure.timing import interleaved
+from workbench.record.results_page import Machine, write_results_page
+from workbench.runtime.threads import cpu_threads
+from workbench.stages import build, optimize, prepare
 
-from workbench.compile.build import build_tvm_default  # noqa: E402
-from workbench.compile.databases import (
-    choose_database,  # noqa: E402
-    open_database,  # noqa: E402
-)
-from workbench.compile.targets import host_cpu, target_key  # noqa: E402
-from workbench.config import load_experiment  # noqa: E402
-from workbench.measure.runners import ort_runner, tvm_runner  # noqa: E402
-from workbench.measure.timing import time_call  # noqa: E402
-from workbench.record.results_page import Machine, write_results_page  # noqa: E402
-from workbench.runtime.threads import cpu_threads  # noqa: E402
-from workbench.stages import build, optimize, prepare  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
@@ -34,31 +31,31 @@ def main() -> None:
     parser.add_argument("config", nargs="?", default="configs/quickstart.yaml")
     parser.add_argument("--database", help="schedule database folder (default: the config's)")
     parser.add_argument("--repeat", type=int, default=50)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "results",
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results",
                         help="folder for the docs/results page")
     args = parser.parse_args()
 
     base = Path.cwd()
     experiment = load_experiment(Path(args.config))
     prepared = prepare(experiment, base)
-    target, canonical, inputs, imported = prepared.target, prepared.canonical, prepared.inputs, prepared.imported
+    target = prepared.target
     optimized = optimize(prepared, experiment.pipeline, stats=False)
     database_dir = Path(args.database) if args.database else \
         choose_database(experiment.database_root(base), target, f"workbench tune {args.config}").path
     if database_dir is None:
         raise SystemExit(f"no database for {target_key(target)} under {experiment.database_root(base)}: "
                          f"workbench tune {args.config}")
-    tuned = build(optimized, target, open_database(database_dir, create=False), experiment.layout_rewrite)
-
-    runners = {
-        "workbench tuned": tvm_runner("tuned", tuned, inputs, target),
-        "workbench untuned": tvm_runner("untuned", build(optimized, target), inputs, target),
-        "tvm_default": tvm_runner("tvm_default", build_tvm_default(imported, target), inputs, target),
-        "ort_all": ort_runner("ort_all", canonical, inputs),
-    }
-    medians = {}
-    for label, runner in runners.items():
-        medians[label] = time_call(runner.run_once, 5, args.repeat, runner.sync).median_ms
+    tuned = build_lowered(optimized.module, target, open_database(database_dir, create=False),
+                          experiment.layout_rewrite)
+    with tempfile.TemporaryDirectory() as work_dir:
+        bench = Bench(prepared.canonical, prepared.inputs, target, Path(work_dir))
+        runners = {
+            "workbench tuned": runner_for("workbench tuned", bench, tuned),
+            "workbench untuned": runner_for("workbench untuned", bench, build(optimized, target)),
+            "tvm_default": runner_for("tvm_default", bench, BASELINE_BUILDS["tvm_default"](prepared.imported, target)),
+            "ort_all": runner_for("ort_all", bench),
+        }
+        medians = {label: timing.median_ms for label, timing in interleaved(runners, 5, args.repeat, 1).items()}
     covered, fallback = tuned.tuning["covered"], tuned.tuning["fallback"]
     setting = (f"{experiment.name} ({experiment.model.source}) on {target_key(target)}; database {database_dir}: "
                f"{len(covered)} kernels tuned, {len(fallback)} default ({', '.join(fallback) or 'none'})")

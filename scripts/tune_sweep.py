@@ -11,25 +11,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from matplotlib.figure import Figure
+from rich.console import Console
 
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
-from matplotlib.figure import Figure  # noqa: E402
-from rich.console import Console  # noqa: E402
-
-from workbench.compile.build import build_lowered  # noqa: E402
-from workbench.compile.databases import open_database  # noqa: E402
-from workbench.compile.targets import make_target  # noqa: E402
-from workbench.config import TuningConfig, load_experiment  # noqa: E402
-from workbench.measure.runners import tvm_runner  # noqa: E402
-from workbench.measure.timing import time_call  # noqa: E402
-from workbench.stages import build, optimize, prepare  # noqa: E402
-from workbench.stages.tuning import tune_optimized  # noqa: E402
+from workbench.compile.build import build_lowered
+from workbench.compile.databases import open_database
+from workbench.compile.targets import make_target
+from workbench.config import TuningConfig, load_experiment
+from workbench.measure.factory import Bench, runner_for
+from workbench.stages import build, optimize, prepare
+from workbench.stages.tuning import tune_optimized
 
 
 def curve(config_path: Path, budgets: list[int], cost_model: str, out: Path, repeat: int,
@@ -41,18 +34,17 @@ def curve(config_path: Path, budgets: list[int], cost_model: str, out: Path, rep
     target = make_target(experiment.target)
     prepared = prepare(experiment, base, target)
     optimized = optimize(prepared, experiment.pipeline, stats=False)
-    inputs = prepared.inputs
-    untuned = tvm_runner("untuned", build(optimized, target), inputs, target)
-    points = [{"trials": 0, "median_ms": time_call(untuned.run_once, 3, repeat, untuned.sync).median_ms}]
+    bench = Bench(prepared.canonical, prepared.inputs, target, folder)
+    untuned = runner_for("untuned", bench, build(optimized, target))
+    points = [{"trials": 0, "median_ms": untuned.measure(3, repeat).median_ms}]
     for budget in budgets:
         tuning = TuningConfig(trials=budget, cost_model=cost_model, database=folder / "db",
                               seed=(experiment.tuning.seed if experiment.tuning else 0))
         step = experiment.model_copy(update={"tuning": tuning, "output": folder})
-        results = tune_optimized(optimized, target, step, base, console).tasks
-        built = build_lowered(optimized, target, open_database(folder / "db", create=False))
-        runner = tvm_runner("tuned", built, inputs, target)
-        median = time_call(runner.run_once, 3, repeat, runner.sync).median_ms
-        points.append({"trials": sum(r.trials for r in results), "median_ms": median})
+        tuned = tune_optimized(optimized.module, target, step, base, console)
+        built = build_lowered(optimized.module, target, open_database(tuned.database, create=False))
+        median = runner_for("tuned", bench, built).measure(3, repeat).median_ms
+        points.append({"trials": sum(task.trials for task in tuned.tasks), "median_ms": median})
         console.print(f"{experiment.name} {cost_model} {points[-1]['trials']} trials: {median:.3f} ms")
     return points
 

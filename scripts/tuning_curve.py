@@ -14,20 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import tvm_ffi
 from matplotlib.figure import Figure
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE, choose_database  # noqa: E402
-from workbench.compile.targets import make_target  # noqa: E402
-from workbench.compile.tasks import FAILED_RUN_SECS, extract_tasks, tuning_module  # noqa: E402
-from workbench.config import load_experiment  # noqa: E402
-from workbench.stages import optimized_module  # noqa: E402
+from workbench.compile.databases import RECORDS_FILE, WORKLOADS_FILE, choose_database
+from workbench.compile.targets import make_target
+from workbench.compile.tasks import FAILED_RUN_SECS, extract_tasks, tuning_module
+from workbench.config import load_experiment
+from workbench.stages import optimized_module
 
 NEAR_BEST = 1.05
 
