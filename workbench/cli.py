@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from workbench.config.baselines import baselines_help
 from workbench.errors import ERROR_LOG_FOLDER, ReferenceFailed, UserError
@@ -93,52 +92,24 @@ def _shown(path: Path) -> str:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from workbench.config import load_experiment
+    from workbench.record.tables import tuning_table
     from workbench.stages.tuning import tune_experiment
 
     overrides = list(args.set or []) + ([f"tuning.minutes={args.minutes}"] if args.minutes is not None else [])
     experiment = load_experiment(Path(args.config), overrides)
     ERROR_LOG_FOLDER.set(experiment.output_dir(Path.cwd()))
     tuned = tune_experiment(experiment, Path.cwd(), stderr)
-    results, database = tuned.tasks, tuned.database
-    table = Table(title=f"{experiment.name}: tuning database {_shown(database)}")
-    profiled = tuned.order == "profile"  # tasks hottest first; their µs in the build profiled before tuning
-    for column in ("task", "uses", *(["in the model µs"] if profiled else []), "trials (before + now) / budget",
-                   "best µs", "note"):
-        table.add_column(column)
-    for r in results:
-        best = f"{r.best_us:.1f}" if r.best_us is not None else "—"
-        in_model = [f"{r.profiled_us:.1f}" if r.profiled_us is not None else "—"] if profiled else []
-        if r.trials > r.budget:  # past its budget: the rest went to it as the kernel holding the most time
-            trials_note = f"{r.trials - r.budget} hot trials"
-        else:
-            trials_note = "skipped: at budget" if r.trials_before >= r.budget and not r.exhausted else ""
-        note = "; ".join(filter(None, [trials_note, *r.flags]))
-        table.add_row(r.name, str(r.weight), *in_model, f"{r.trials_before} + {r.trials_run} / {r.budget}", best,
-                      note)
-    stdout.print(table)
-    stdout.print(f"{tuned.summary()}; database {_shown(database)}")
+    title = f"{experiment.name}: tuning database {_shown(tuned.database)}"
+    stdout.print(tuning_table(tuned.tasks, title, profiled=tuned.order == "profile"))
+    stdout.print(f"{tuned.summary()}; database {_shown(tuned.database)}")
     return 0
 
 
 def cmd_passes(_args: argparse.Namespace) -> int:
-    from workbench.config.named_pipelines import NAMED_PIPELINES
-    from workbench.passes.library import all_passes
+    from workbench.record.tables import registry_tables
 
-    table = Table(title="Registered passes (use in `pipeline:` or --pipeline 'a,b(k=v)')")
-    for column in ("name", "family", "parameters (default)", "what it does"):
-        table.add_column(column)
-    for entry in all_passes():
-        params = ", ".join(f"{name}={field.get_default(call_default_factory=True)!r}"
-                           for name, field in entry.params.model_fields.items()) or "—"
-        table.add_row(entry.name, entry.family, params, entry.doc)
-    stdout.print(table)
-    named = Table(title="Named pipelines (a name in `pipeline:`, alone or among passes; --pipeline default)")
-    for column in ("name", "what it is for", "target", "expands to"):
-        named.add_column(column)
-    for pipeline in NAMED_PIPELINES.values():
-        for kind, text in pipeline.by_target.items():
-            named.add_row(pipeline.name, pipeline.doc, "any" if kind == "*" else kind, text.replace(",", ", "))
-    stdout.print(named)
+    for table in registry_tables():
+        stdout.print(table)
     return 0
 
 

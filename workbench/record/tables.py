@@ -1,13 +1,16 @@
 """The run report on the console: rich tables of the rows in record/rows.py (latency and accuracy per label,
 passes, CUDA kernels, the per-kernel profile), and `console_table`, what `workbench run` and `workbench report`
-print.
+print; the tuning table `workbench tune` prints, and the pass registry `workbench passes` lists.
 """
 
 from __future__ import annotations
 
 from rich.table import Table
 
+from workbench.compile.tasks import TaskResult
 from workbench.config.baselines import WORKBENCH_LABEL
+from workbench.config.named_pipelines import NAMED_PIPELINES
+from workbench.passes.library import all_passes
 from workbench.record.result import RunResult
 from workbench.record.rows import (
     COLUMNS,
@@ -77,3 +80,41 @@ def console_table(result: RunResult) -> Table:
     if result.profile:
         grid.add_row(profile_table(result))
     return grid
+
+
+def tuning_table(tasks: list[TaskResult], title: str, profiled: bool) -> Table:
+    """What `workbench tune` did per task: uses, its time in the profiled build (hottest first, when tuning ran in
+    that order), trials before and now against the budget, best µs, and notes (hot trials, skipped, flags)."""
+    table = Table(title=title)
+    for column in ("task", "uses", *(["in the model µs"] if profiled else []), "trials (before + now) / budget",
+                   "best µs", "note"):
+        table.add_column(column)
+    for task in tasks:
+        best = f"{task.best_us:.1f}" if task.best_us is not None else "—"
+        in_model = [f"{task.profiled_us:.1f}" if task.profiled_us is not None else "—"] if profiled else []
+        if task.trials > task.budget:  # past its budget: the rest went to it as the kernel holding the most time
+            trials_note = f"{task.trials - task.budget} hot trials"
+        else:
+            trials_note = "skipped: at budget" if task.trials_before >= task.budget and not task.exhausted else ""
+        note = "; ".join(filter(None, [trials_note, *task.flags]))
+        table.add_row(task.name, str(task.weight), *in_model,
+                      f"{task.trials_before} + {task.trials_run} / {task.budget}", best, note)
+    return table
+
+
+def registry_tables() -> list[Table]:
+    """`workbench passes`: every registered pass with its parameters' defaults, and the named pipelines."""
+    passes = Table(title="Registered passes (use in `pipeline:` or --pipeline 'a,b(k=v)')")
+    for column in ("name", "family", "parameters (default)", "what it does"):
+        passes.add_column(column)
+    for entry in all_passes():
+        params = ", ".join(f"{name}={field.get_default(call_default_factory=True)!r}"
+                           for name, field in entry.params.model_fields.items()) or "—"
+        passes.add_row(entry.name, entry.family, params, entry.doc)
+    named = Table(title="Named pipelines (a name in `pipeline:`, alone or among passes; --pipeline default)")
+    for column in ("name", "what it is for", "target", "expands to"):
+        named.add_column(column)
+    for pipeline in NAMED_PIPELINES.values():
+        for kind, text in pipeline.by_target.items():
+            named.add_row(pipeline.name, pipeline.doc, "any" if kind == "*" else kind, text.replace(",", ", "))
+    return [passes, named]
