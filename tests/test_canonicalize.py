@@ -307,3 +307,40 @@ def test_rapidocr_model_imports_and_matches_ort(member, shape):
     expected = _ort_run(model, {input_name: x})[0]
     np.testing.assert_array_equal(_ort_run(canonical, {input_name: x})[0], expected)
     np.testing.assert_allclose(_tvm_run(canonical, [x]), expected, rtol=1e-3, atol=1e-3)
+
+
+def _classifier_head(mask_out: bool, training: bool | None = None) -> onnx.ModelProto:
+    """x -> Gemm -> Relu -> Dropout -> Gemm -> y, optionally with Dropout's mask a graph output or its
+    training_mode an initializer."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.normal(size=(64, 96)).astype("float32"), "w1"),
+             numpy_helper.from_array(rng.normal(size=(10, 64)).astype("float32"), "w2")]
+    dropout_inputs = ["r"]
+    if training is not None:
+        inits += [numpy_helper.from_array(np.array(0.5, "float32"), "ratio"),
+                  numpy_helper.from_array(np.array(training), "training")]
+        dropout_inputs += ["ratio", "training"]
+    nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Dropout", dropout_inputs, ["d", "mask"] if mask_out else ["d"]),
+             helper.make_node("Gemm", ["d", "w2"], ["y"], transB=1)]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])]
+    if mask_out:
+        outputs.append(helper.make_tensor_value_info("mask", TensorProto.BOOL, [1, 64]))
+    graph = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 96])],
+                              outputs, inits)
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+def test_inference_dropout_becomes_identity_and_the_layer_gets_one_output():
+    """Dropout at inference is its input: canonicalize drops it (its mask, fused into the matmul's kernel, made it
+    a two-output kernel that kept plain loops); a Dropout whose mask is read, or in training mode, stays."""
+    x = np.random.default_rng(1).normal(size=(1, 96)).astype("float32")
+    for model in (_classifier_head(False), _classifier_head(False, training=False)):
+        canonical = canonicalize(model, {}).model
+        assert _op_counts(canonical)["Dropout"] == 0 and _op_counts(canonical)["Identity"] == 1
+        np.testing.assert_allclose(_ort_run(canonical, {"x": x})[0], _ort_run(model, {"x": x})[0], rtol=1e-5)
+        kernels = [f for f in relax.transform.FuseTIR()(relax.transform.FuseOps()(relax.transform.LegalizeOps()(
+            import_to_relax(canonical)))).functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+        assert kernels and not any("full_like" in f.script() for f in kernels)  # no mask computed beside a layer
+    assert _op_counts(canonicalize(_classifier_head(True), {}).model)["Dropout"] == 1
+    assert _op_counts(canonicalize(_classifier_head(False, training=True), {}).model)["Dropout"] == 1

@@ -132,3 +132,26 @@ def test_transformer_block_with_the_default_pipeline_matches_ort(zoo_relax):
     np.testing.assert_allclose(tvm_runner("workbench", built, data, HOST).infer()[0],
                                ort_runner("ort_none", model, data).infer()[0], rtol=1e-4, atol=1e-4)
 
+
+
+def _update_loops(sch) -> list[str]:
+    """The kinds of the loops around the matmul's update block, outside in."""
+    return [tvm.tirx.ForKind(int(sch.get(loop).kind)).name for loop in sch.get_loops(sch.get_sblock("matmul_update"))]
+
+
+def test_a_gemv_streams_b_row_by_row_in_column_chunks():
+    """One row of A (a fully connected layer at batch 1): each parallel task owns a chunk of columns and walks K
+    outside it, several rows of B per vector of sums (unrolled), so B is read in order; odd K and N divide in."""
+    for k, n in ((512, 2048), (333, 4100)):
+        weight, bias = RNG.normal(size=(k, n)).astype("float32"), RNG.normal(size=n).astype("float32")
+        mod = module([(1, k)], lambda x, w=weight, b=bias: relax.op.nn.relu(relax.op.add(
+            relax.op.matmul(x, relax.const(w)), relax.const(b))))
+        sch = gemm_schedule(the_kernel(mod), HOST)
+        assert sch is not None
+        kinds = _update_loops(sch)
+        assert kinds[0] == "PARALLEL" and kinds[-1] == "VECTORIZED" and "UNROLLED" in kinds, kinds
+        replayed = tvm.s_tir.Schedule(tvm.IRModule({"main": the_kernel(mod)}))
+        sch.trace.apply_to_schedule(replayed, remove_postproc=False)
+        tvm.ir.assert_structural_equal(replayed.mod, sch.mod)
+        data = RNG.normal(size=(1, k)).astype("float32")
+        np.testing.assert_allclose(run(mod, [data]), np.maximum(data @ weight + bias, 0), rtol=1e-4, atol=1e-4)

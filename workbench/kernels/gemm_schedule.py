@@ -36,6 +36,8 @@ from workbench.kernels.loop_schedule import MIN_PARALLEL_ITERATIONS, largest_div
 
 ACCUMULATORS = 12  # vector registers a tile's sums may take
 MAX_ROWS = 8  # output rows per tile
+GEMV_CHUNK_BYTES = 4096  # a GEMV's columns per task: one page of each row of B per K step, read in order
+GEMV_K_STEPS = 8  # rows of B a GEMV adds into a vector of sums while it sits in a register
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class GemmShape:
     col: int  # the spatial iter of the output's last dimension, only B reads
     reduction: tuple[int, ...]
     epilogue: SBlockInfo | None
+    b_rows: bool = True  # B is read along its last dimension by the column (B[k, n], not a transposed B[n, k])
 
 
 def vector_bits(target: tvm.target.Target) -> int:
@@ -112,7 +115,8 @@ def gemm_shape(sch: Schedule) -> GemmShape | None:
         if i is not None and not isinstance(sch.get(info.iters[i].loop_rv).extent, tvm.tirx.IntImm):
             return None
     outer = tuple(i for i, it in enumerate(info.iters) if it.kind == "S" and i not in (row, col))
-    return GemmShape(info, outer, row, col, reduction, infos[1] if len(infos) == 2 else None)
+    return GemmShape(info, outer, row, col, reduction, infos[1] if len(infos) == 2 else None,
+                     b_rows=reads[b][-1] is not None and reads[b][-1].same_as(col_var))
 
 
 def tile(rows: int, cols: int, lanes: int) -> tuple[int, int]:
@@ -151,6 +155,45 @@ def _work(sch: Schedule, loops: list) -> int | None:
     return total
 
 
+def _schedule_gemv(sch: Schedule, shape: GemmShape, lanes: int) -> None:
+    """A matrix-vector product (one row of A, B read row by row): each task owns a chunk of output columns and, K
+    step after K step, adds A's element times that chunk of B's row to the chunk's sums. B, the large operand (a
+    fully connected layer's weights at batch 1), is then read in order, a page per row per task, at memory speed;
+    the register tile's column strip would jump a whole row of B at every K step instead."""
+    info = shape.info
+    block = info.block_rv
+    loops = [it.loop_rv for it in info.iters]
+    work = _work(sch, loops)
+    n = int(sch.get(loops[shape.col]).extent)
+    most = max(lanes, GEMV_CHUNK_BYTES * 8 // sch.get(block).writes[0].source.dtype.bits)
+    chunk = lanes * largest_divisor(n // lanes, most // lanes) if n % lanes == 0 else largest_divisor(n, most)
+    col_outer, col_inner = sch.split(loops[shape.col], [None, chunk])
+    outer = [loops[i] for i in shape.outer] + [col_outer]
+    reduction = [loops[i] for i in shape.reduction]
+    sch.reorder(*outer, *reduction, col_inner)
+    k = reduction[-1]
+    steps = largest_divisor(int(sch.get(k).extent), GEMV_K_STEPS) if isinstance(sch.get(k).extent, tvm.tirx.IntImm) else 1
+    width = lanes if chunk % lanes == 0 else largest_divisor(chunk, lanes)  # the vector: a divisor, no predicate
+    if chunk > width:
+        pieces, col_inner = sch.split(col_inner, [None, width])
+        if steps > 1:  # each vector of sums loaded once for `steps` rows of B, not once per row
+            k_outer, k_inner = sch.split(k, [None, steps])
+            sch.reorder(k_outer, pieces, k_inner, col_inner)
+            sch.unroll(k_inner)
+            reduction = [*reduction[:-1], k_outer]
+    if width > 1:
+        sch.vectorize(col_inner)  # before decompose_reduction: only a whole reduction block may be vectorized
+    if len(outer) > 1:
+        outer = [sch.fuse(*outer)]
+    if work is None or work // lanes >= MIN_PARALLEL_ITERATIONS:
+        sch.parallel(outer[0])
+    if shape.epilogue is not None:
+        sch.reverse_compute_at(shape.epilogue.block_rv, outer[0])
+        _vectorize(sch, sch.get_loops(shape.epilogue.block_rv)[-1], lanes)
+    init = sch.decompose_reduction(block, reduction[0])
+    _vectorize(sch, sch.get_loops(init)[-1], lanes)
+
+
 def _schedule(sch: Schedule, shape: GemmShape, target: tvm.target.Target) -> None:
     """Tile the matmul in `sch` (outer loops, K, the tile's rows unrolled, its columns vectorized), compute the
     epilogue (or a write-back) per tile, and split the init off the reduction."""
@@ -158,6 +201,9 @@ def _schedule(sch: Schedule, shape: GemmShape, target: tvm.target.Target) -> Non
     block = info.block_rv
     loops = [it.loop_rv for it in info.iters]
     lanes = max(2, vector_bits(target) // sch.get(block).writes[0].source.dtype.bits)
+    if shape.row is None and shape.b_rows:
+        _schedule_gemv(sch, shape, lanes)
+        return
     work = _work(sch, loops)
     row_extent = int(sch.get(loops[shape.row]).extent) if shape.row is not None else 1
     rows, cols = tile(row_extent, int(sch.get(loops[shape.col]).extent), lanes)

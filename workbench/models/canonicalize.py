@@ -86,7 +86,8 @@ class Canonical:
 
 def canonicalize(model: onnx.ModelProto, inputs: dict[str, InputSpec]) -> Canonical:
     """Check the opset, freeze input shapes, run the ONNX checker, raise a model using an old op form TVM's
-    frontend gets wrong to CONVERTED_OPSET, fold shape-computing subgraphs, unroll LSTM/GRU nodes.
+    frontend gets wrong to CONVERTED_OPSET, drop inference-mode Dropout, fold shape-computing subgraphs, unroll
+    LSTM/GRU nodes.
 
     Returns a new model; `model` is not modified. Raises UserError for a newer opset than this
     installation runs, for specs that do not fit the model and for models the ONNX checker rejects.
@@ -105,6 +106,7 @@ def canonicalize(model: onnx.ModelProto, inputs: dict[str, InputSpec]) -> Canoni
     converted_from = None
     if (converted := _old_forms_converted(out)) is not None:
         converted_from, out = model_opset(out), converted
+    _inference_dropout(out.graph)
     folding = _fold_shape_computations(out)
     try:
         out = expand_recurrent(out)
@@ -114,6 +116,24 @@ def canonicalize(model: onnx.ModelProto, inputs: dict[str, InputSpec]) -> Canoni
         raise UserError(f"{exc}; {len(folding.unfolded)} shape node(s) could not be folded, the first: "
                         f"{folding.unfolded[0]}") from exc
     return Canonical(out, folding, converted_from)
+
+
+def _inference_dropout(graph: onnx.GraphProto) -> None:
+    """Dropout at inference is its input: each one not in training mode whose mask nobody reads becomes an
+    Identity, as ONNX Runtime's graph optimizer does. TVM's frontend keeps `nn.dropout`, whose mask (a tensor of
+    ones) fusion would make a second output of the kernel it joins, and a kernel with two outputs gets no matmul
+    schedule: a classifier's fully connected layers ran as plain loops (tests/test_canonicalize.py)."""
+    constants = {init.name: init for init in graph.initializer}
+    read = {name for node in all_nodes(graph) for name in node.input} | {value.name for value in graph.output}
+    for node in graph.node:
+        if node.op_type != "Dropout" or node.domain not in ("", "ai.onnx"):
+            continue
+        training = node.input[2] if len(node.input) > 2 else ""
+        if training and (training not in constants or numpy_helper.to_array(constants[training]).any()):
+            continue  # training mode, or not known to be off
+        if len(node.output) > 1 and node.output[1] and node.output[1] in read:
+            continue
+        node.CopyFrom(helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name))
 
 
 # --- the opset ------------------------------------------------------------------------------
