@@ -1,15 +1,17 @@
-"""`workbench bench ops`: each heavy op class alone, at shapes the corpus uses, untuned workbench vs ONNX Runtime.
+"""`workbench bench ops`: each heavy op class alone, at shapes real models use, untuned workbench vs ONNX Runtime and
+OpenVINO.
 
 Every op is a one-node ONNX model (seeded random weights) run through the workbench's `default` pipeline with
-default schedules and through ort_all, in this one process, timed in interleaved rounds, the workbench's outputs
-checked against ONNX Runtime without graph optimizations (stages/side_by_side.py). Convs and matmuls also get
-GFLOP/s (2 per multiply-add, from the model's shapes) and the share of this CPU's fp32 peak:
+default schedules, through ort_all and through OpenVINO, in this one process, timed in interleaved rounds, the
+workbench's outputs checked against ONNX Runtime without graph optimizations (stages/side_by_side.py). Each gets
+GB/s (input, weights and output moved once: the yardstick of weight-bound ops, a fully connected layer at batch 1)
+and convs and matmuls GFLOP/s (2 per multiply-add, from the model's shapes) and the share of this CPU's fp32 peak:
 
     peak = physical cores used x 2 FMA units x fp32 lanes per vector x 2 FLOPs x clock (/proc/cpuinfo's MHz)
 
 an estimate: /proc/cpuinfo gives the nominal clock, and turbo runs above it, while some CPUs have one FMA unit for
-512-bit vectors; hence the page also gives ONNX Runtime's share of the same figure, the fairer yardstick. Writes
-ops_<cpu>.md.
+512-bit vectors; hence the page also gives the fastest peer's share of the same figure, the fairer yardstick. A
+one-element op (`call_overhead`) shows each runtime's cost of a call. Writes ops_<cpu>.md.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import UserError
 from workbench.models.summary import frozen, op_histogram
 from workbench.record.results_page import Machine, write_results_page
+from workbench.record.rows import number_text
 from workbench.runtime.threads import target_threads
 from workbench.stages.side_by_side import bench
 
@@ -82,6 +85,14 @@ CASES = [
                                                               "pads": [1, 1, 1, 1]}, "ResNet stem"),
     OpCase("global_avgpool", "GlobalAveragePool", (1, 576, 20, 20), {}, {}, "classifier head"),
     OpCase("transpose_nchw_nhwc", "Transpose", (1, 96, 80, 80), {}, {"perm": [0, 2, 3, 1]}, "layout change"),
+    OpCase("fc_batch1", "Gemm", (1, 9216), {"w": (4096, 9216), "b": (4096,)}, {"transB": 1},
+           "AlexNet/VGG fully connected layer at batch 1 (weight-bound: GB/s)"),
+    _conv("conv11x11_stride4", (1, 3, 224, 224), 64, (11, 11), "AlexNet stem", strides=[4, 4], pads=[2, 2, 2, 2]),
+    _conv("conv7x7_stride2", (1, 3, 224, 224), 64, (7, 7), "ResNet stem", strides=[2, 2], pads=[3, 3, 3, 3]),
+    _conv("conv3x3_224", (1, 64, 224, 224), 64, (3, 3), "VGG block at 224²", pads=[1, 1, 1, 1]),
+    OpCase("lrn", "LRN", (1, 64, 55, 55), {}, {"size": 5, "alpha": 1e-4, "beta": 0.75, "bias": 2.0},
+           "AlexNet local response normalization"),
+    OpCase("call_overhead", "Relu", (1, 1), {}, {}, "one element: each runtime's cost of a call"),
 ]
 
 
@@ -110,9 +121,25 @@ def experiment(case: OpCase, path: Path) -> Experiment:
                      "pipeline": "default", "baselines": ["ort_all", "ort_none"]}, case.name)
 
 
+PEERS = ("ort_all", "openvino")  # the CPU runtimes each op is timed against
+
+
+def bytes_moved(model: onnx.ModelProto, x: tuple[int, ...]) -> int:
+    """The bytes an op must read and write at least: its input, weights and output (fp32)."""
+    frozen_model = frozen(model, {"x": list(x)}).model
+    weights = sum(int(np.prod(init.dims)) for init in frozen_model.graph.initializer)
+    output = frozen_model.graph.output[0].type.tensor_type.shape
+    return 4 * (int(np.prod(x)) + weights + int(np.prod([d.dim_value for d in output.dim])))
+
+
+def _cells(flops: int, moved: int, ms: float | None, peak: float | None) -> list[str]:
+    """GFLOP/s with its share of the peak (ops with multiply-adds) and GB/s (all)."""
+    return [*rate_and_share(flops, ms, peak), f"{moved / ms / 1e6:.1f}" if ms else "—"]
+
+
 def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, out: Path = RESULTS,
             log: Callable[[str], None] = flushed) -> Path:
-    """Every op case (or those named in `only`) beside ort_all; return the page written."""
+    """Every op case (or those named in `only`) beside ONNX Runtime and OpenVINO; return the page written."""
     unknown = sorted(set(only or []) - {case.name for case in CASES})
     if unknown:
         raise UserError(f"--only: {', '.join(unknown)} unknown; choose from {', '.join(c.name for c in CASES)}")
@@ -122,26 +149,31 @@ def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, ou
     peak = peak_gflops(target_threads(target), target)
     with tempfile.TemporaryDirectory(prefix="bench_ops_") as work:
         for case in cases:
-            row = bench(experiment(case, Path(work) / f"{case.name}.onnx"), ["ort_all"], Path(work), repeat, rounds,
+            row = bench(experiment(case, Path(work) / f"{case.name}.onnx"), list(PEERS), Path(work), repeat, rounds,
                         log)
             model = case.model()
             flops = sum(r.flops or 0 for r in op_histogram(model, frozen(model, {"x": list(case.x)}).model))
-            ours, theirs = row.medians_ms.get(WORKBENCH_LABEL), row.medians_ms.get("ort_all")
-            ratio = row.ratio("ort_all")
-            rows.append([case.name, case.seen_in, "×".join(map(str, case.x)),
-                         f"{ours:.3f}" if ours else "—", f"{theirs:.3f}" if theirs else "—",
-                         f"{ratio:.2f}" if ratio else "—", *rate_and_share(flops, ours, peak),
-                         *rate_and_share(flops, theirs, peak), row.status + (f": {row.reason}" if row.reason else "")])
+            moved = bytes_moved(model, case.x)
+            ours = row.medians_ms.get(WORKBENCH_LABEL)
+            peers = {label: row.medians_ms.get(label) for label in PEERS}
+            fastest = min((ms for ms in peers.values() if ms), default=None)
+            rows.append([case.name, case.seen_in, "×".join(map(str, case.x)), number_text(ours, ".3f"),
+                         *(number_text(ms, ".3f") for ms in peers.values()),
+                         f"{fastest / ours:.2f}" if ours and fastest else "—", *_cells(flops, moved, ours, peak),
+                         *_cells(flops, moved, fastest, peak), row.status + (f": {row.reason}" if row.reason else "")])
             log(" | ".join(rows[-1]))
     machine = Machine(target_key(target), target_threads(target))
     protocol = ("- each op alone as a one-node ONNX model; workbench: pipeline `default`, untuned (default schedules); "
-                f"ort_all: ONNX Runtime with every graph optimization\n- timing: median of {rounds} interleaved "
-                f"rounds of {repeat} runs per label, in one process")
+                "ort_all: ONNX Runtime with every graph optimization; openvino: its CPU plugin at f32\n"
+                f"- timing: median of {rounds} interleaved rounds of {repeat} runs per label, in one process\n"
+                "- *fastest peer*: the faster of ort_all and openvino; its GFLOP/s and GB/s beside the workbench's; "
+                "GB/s counts the input, weights and output once (a weight-bound op's yardstick: memory bandwidth)")
     if peak:
         protocol += (f"\n- peak: {peak:.0f} GFLOP/s fp32 (cores × 2 FMA units × vector lanes × 2 × /proc/cpuinfo's "
                      "nominal clock): an estimate that turbo exceeds")
-    header = ("op", "seen in", "input", "workbench ms", "ort_all ms", "ort_all/workbench", "workbench GFLOP/s",
-              "% of peak", "ort_all GFLOP/s", "ort % of peak", "status")
+    header = ("op", "seen in", "input", "workbench ms", *(f"{label} ms" for label in PEERS),
+              "fastest peer/workbench", "workbench GFLOP/s", "% of peak", "workbench GB/s", "peer GFLOP/s",
+              "peer % of peak", "peer GB/s", "status")
     path = write_results_page(out, f"ops_{host_cpu()}", "Op classes, untuned", machine, protocol, header, rows)
     log(f"wrote {path}")
     return path

@@ -1,0 +1,25 @@
+"""`workbench bench ops`: op cases timed beside ONNX Runtime and OpenVINO, checked against ONNX Runtime, written as
+a results page with GB/s for every op and GFLOP/s where it multiplies."""
+
+import pytest
+
+from workbench.bench.ops import CASES, bytes_moved
+from workbench.cli import main
+
+pytest.importorskip("openvino", reason="OpenVINO is an optional extra: pip install -e '.[openvino]'")
+
+
+def test_the_page_has_every_peer_and_a_row_per_case(tmp_path):
+    assert main(["bench", "ops", "--only", "call_overhead", "fc_batch1", "--repeat", "2", "--rounds", "1",
+                 "--out", str(tmp_path)]) == 0
+    (page,) = tmp_path.glob("ops_*.md")
+    text = page.read_text()
+    assert "| workbench ms | ort_all ms | openvino ms | fastest peer/workbench |" in text
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in text.splitlines()
+            if line.startswith("| call_overhead") or line.startswith("| fc_batch1")}
+    assert set(rows) == {"call_overhead", "fc_batch1"}
+    for cells in rows.values():
+        assert cells[-1].strip(" |") == "ok" and float(cells[3]) > 0 and float(cells[4]) > 0 and float(cells[5]) > 0
+    fc = next(case for case in CASES if case.name == "fc_batch1")
+    assert bytes_moved(fc.model(), fc.x) == 4 * (9216 + 4096 * 9216 + 4096 + 4096)  # input, weights, bias, output
+    assert float(rows["fc_batch1"][9]) > 0  # the workbench's GB/s
