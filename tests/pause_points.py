@@ -60,8 +60,8 @@ def hold_tune_in_first_measured_batch() -> None:
 
 
 def hold_run_after_first_result_write() -> None:
-    """`workbench run` holds right after result.json's first write (the workbench label measured), before the
-    next label is measured."""
+    """`workbench run` holds right after the first result.json write with a timed label (the workbench's), before
+    the next label is measured."""
     from workbench.record.result import RunResult
 
     write = RunResult.write
@@ -70,7 +70,7 @@ def hold_run_after_first_result_write() -> None:
     def holding(self: RunResult, out_dir: Path) -> Path:
         nonlocal held
         path = write(self, out_dir)
-        if not held:
+        if not held and any(m.median_ms is not None for m in self.measurements.values()):
             held = True
             _hold()
         return path

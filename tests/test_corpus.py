@@ -11,10 +11,11 @@ import yaml
 
 from workbench.bench.parity import own_roots
 from workbench.cli import main
+from workbench.config.baselines import SIDE_BY_SIDE
 from workbench.errors import UserError
 from workbench.models import zoo
 from workbench.models.corpus import load_corpus
-from workbench.stages.side_by_side import COMPARED, bench
+from workbench.stages.side_by_side import bench
 
 ROOT = Path(__file__).resolve().parent.parent
 # the models ../shared/models/README.md lists, and the ones added for op families it lacks
@@ -37,7 +38,7 @@ def test_the_corpus_loads_and_every_entry_makes_a_valid_experiment():
         assert all(spec.shape for spec in entry.inputs.values())
         if entry.source.startswith("zoo:"):  # the zoo's own input names and shapes, as configs use them
             assert {k: v.shape for k, v in entry.inputs.items()} == zoo.default_inputs(entry.source[4:])
-        experiment = entry.experiment("default", list(COMPARED))
+        experiment = entry.experiment("default", list(SIDE_BY_SIDE))
         assert experiment.accuracy.reference == "ort_none" and experiment.accuracy.atol == entry.tolerance.atol
         assert [spec.name for spec in experiment.pipeline][-2:] == ["fuse", "dce"]  # `default` expanded for the CPU
 

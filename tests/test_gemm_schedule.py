@@ -142,7 +142,7 @@ def _update_loops(sch) -> list[str]:
 def test_a_gemv_streams_b_row_by_row_in_column_chunks():
     """One row of A (a fully connected layer at batch 1): each parallel task owns a chunk of columns and walks K
     outside it, several rows of B per vector of sums (unrolled), so B is read in order; odd K and N divide in."""
-    for k, n in ((512, 2048), (333, 4100)):
+    for k, n in ((512, 2048), (333, 4100), (768, 1000)):
         weight, bias = RNG.normal(size=(k, n)).astype("float32"), RNG.normal(size=n).astype("float32")
         mod = module([(1, k)], lambda x, w=weight, b=bias: relax.op.nn.relu(relax.op.add(
             relax.op.matmul(x, relax.const(w)), relax.const(b))))
@@ -150,8 +150,21 @@ def test_a_gemv_streams_b_row_by_row_in_column_chunks():
         assert sch is not None
         kinds = _update_loops(sch)
         assert kinds[0] == "PARALLEL" and kinds[-1] == "VECTORIZED" and "UNROLLED" in kinds, kinds
+        tasks = int(sch.get(sch.get_loops(sch.get_sblock("matmul_update"))[0]).extent)
+        assert tasks >= 8, f"{n} columns in {tasks} chunks: too few for the cores"
         replayed = tvm.s_tir.Schedule(tvm.IRModule({"main": the_kernel(mod)}))
         sch.trace.apply_to_schedule(replayed, remove_postproc=False)
         tvm.ir.assert_structural_equal(replayed.mod, sch.mod)
         data = RNG.normal(size=(1, k)).astype("float32")
         np.testing.assert_allclose(run(mod, [data]), np.maximum(data @ weight + bias, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_a_gemv_whose_columns_have_no_vector_divisor_keeps_the_register_tile():
+    """4099 columns (a prime): no vector divides them, so no GEMV chunks of scalar columns (one task per column);
+    the register tile takes it, its tasks over the columns."""
+    weight = RNG.normal(size=(64, 4099)).astype("float32")
+    mod = module([(1, 64)], lambda x: relax.op.matmul(x, relax.const(weight)))
+    sch = gemm_schedule(the_kernel(mod), HOST)
+    assert sch is not None and "matmul_global" in sch.mod["main"].script()  # the tile's write-back, not a GEMV
+    data = RNG.normal(size=(1, 64)).astype("float32")
+    np.testing.assert_allclose(run(mod, [data]), data @ weight, rtol=1e-4, atol=1e-4)

@@ -227,16 +227,17 @@ def test_sigkill_then_resume_keeps_every_variant_exactly_once(tmp_path):
 
 
 def test_worker_runs_reuse_builds_of_equal_ir_and_leave_the_store_to_the_parent(tmp_path):
+    from workbench.compile.build_cache import BuildCache
     from workbench.config import validate
     from workbench.experiment import run_experiment
 
-    builds: dict = {}
+    builds = BuildCache()
     results = []
     for i, pipeline in enumerate(["fold_constant,dce", "fuse", "fuse"]):  # the last: same IR, another seed
         experiment = validate({**BASE, "pipeline": pipeline, "seed": i, "output": str(tmp_path / f"v{i}")}, "test")
         results.append(run_experiment(experiment, tmp_path, store=False, builds=builds).to_json())
     # tvm_unoptimized once for all three, the workbench build once per distinct optimized IR
-    assert sorted(key[0] for key in builds) == ["build_lowered"] * 3 + ["library"] * 2
+    assert len(builds) == 3
     for i, result in enumerate(results):
         assert result["measurements"]["tvm_unoptimized"]["median_ms"] > 0 and "run_id" not in result
         assert result["accuracy"]["workbench"]["ok"]

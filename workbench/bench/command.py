@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-RESULTS = Path("docs") / "results"
-COMPARED = ("ort_all", "openvino", "openvino_bf16", "iree")  # side_by_side.py's, restated: `--help` imports no TVM
-DEFAULT_COMPARED = ("ort_all", "openvino", "iree")
+from workbench.bench.output import RESULTS
+from workbench.config.baselines import SIDE_BY_SIDE, SIDE_BY_SIDE_DEFAULT
 
 
 def _corpus_options(args: argparse.Namespace):
@@ -56,8 +55,8 @@ def _timing(parser: argparse.ArgumentParser, repeat: int) -> None:
 def _corpus_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", nargs="+", metavar="NAME", help="corpus entries to run (default: all)")
     parser.add_argument("--pipeline", default="default", help="the workbench pipeline: a named one or pass text")
-    parser.add_argument("--baselines", default=",".join(DEFAULT_COMPARED),
-                        help=f"comma-separated, of {', '.join(COMPARED)} (empty: the workbench alone)")
+    parser.add_argument("--baselines", default=",".join(SIDE_BY_SIDE_DEFAULT),
+                        help=f"comma-separated, of {', '.join(SIDE_BY_SIDE)} (empty: the workbench alone)")
     parser.add_argument("--corpus", type=Path, help="a corpus YAML file (default: the package's corpus.yaml)")
     _timing(parser, 10)
 

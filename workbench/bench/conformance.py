@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tvm.relax.frontend.onnx import onnx_frontend
 
-from workbench.bench.corpus import RESULTS, flushed
+from workbench.bench.output import RESULTS, flushed
 from workbench.compile.targets import make_target, target_key
 from workbench.config import TargetConfig
 from workbench.models.op_cases import OpCase, op_cases

@@ -14,27 +14,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from workbench.bench.output import RESULTS, flushed, prefixed
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment
-from workbench.config.baselines import WORKBENCH_LABEL
+from workbench.config.baselines import SIDE_BY_SIDE, SIDE_BY_SIDE_DEFAULT, WORKBENCH_LABEL
 from workbench.config.pipeline_spec import to_text
 from workbench.errors import UserError
-from workbench.models.corpus import CORPUS_FILE, load_corpus
+from workbench.models.corpus import CORPUS_FILE, CorpusEntry, load_corpus
 from workbench.record.corpus_table import Row, Setting, write
 from workbench.record.results_page import cpu_name, versions
 from workbench.runtime.threads import target_threads
-from workbench.stages.side_by_side import COMPARED, bench
-
-RESULTS = Path("docs") / "results"
-
-
-def flushed(line: str) -> None:
-    """Print a line at once (the log of a background run is read while it runs)."""
-    print(line, flush=True)
-
-
-def prefixed(log: Callable[[str], None], prefix: str) -> Callable[[str], None]:
-    return lambda line: log(prefix + line)
+from workbench.stages.side_by_side import bench
 
 
 @dataclass(frozen=True)
@@ -43,7 +33,7 @@ class CorpusOptions:
 
     only: list[str] | None = None
     pipeline: str = "default"
-    baselines: tuple[str, ...] = ("ort_all", "openvino", "iree")
+    baselines: tuple[str, ...] = SIDE_BY_SIDE_DEFAULT
     repeat: int = 10
     rounds: int = 3
     out: Path = RESULTS
@@ -51,14 +41,16 @@ class CorpusOptions:
     log: Callable[[str], None] = field(default=flushed, compare=False)
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.baselines) - set(COMPARED))
+        unknown = sorted(set(self.baselines) - set(SIDE_BY_SIDE))
         if unknown:
-            raise UserError(f"--baselines: {', '.join(unknown)} unknown; choose from {', '.join(COMPARED)}")
+            raise UserError(f"--baselines: {', '.join(unknown)} unknown; choose from {', '.join(SIDE_BY_SIDE)}")
 
-    def experiments(self) -> list[Experiment]:
+    def entries(self) -> list[CorpusEntry]:
+        return load_corpus(self.corpus).select(self.only)
+
+    def experiments(self, entries: list[CorpusEntry] | None = None) -> list[Experiment]:
         """The selected entries as experiments (a bad pipeline or selection fails here, before any model runs)."""
-        entries = load_corpus(self.corpus).select(self.only)
-        return [entry.experiment(self.pipeline, list(self.baselines)) for entry in entries]
+        return [entry.experiment(self.pipeline, list(self.baselines)) for entry in entries or self.entries()]
 
 
 def summary(row: Row, baselines: tuple[str, ...]) -> str:
@@ -80,7 +72,8 @@ def untuned_row(experiment: Experiment, options: CorpusOptions, log: Callable[[s
 
 def run_corpus(options: CorpusOptions) -> list[Path]:
     """Every selected model side by side; return the page's files (Markdown, CSV, PNG)."""
-    experiments = options.experiments()
+    entries = options.entries()
+    experiments = options.experiments(entries)
     rows = [untuned_row(experiment, options, prefixed(options.log, f"[{i}/{len(experiments)}] "))
             for i, experiment in enumerate(experiments, 1)]
     target = make_target(experiments[0].target)
@@ -88,7 +81,6 @@ def run_corpus(options: CorpusOptions) -> list[Path]:
                       threads=target_threads(target), pipeline=options.pipeline,
                       passes=to_text(experiments[0].pipeline), baselines=tuple(options.baselines),
                       repeat=options.repeat, rounds=options.rounds, versions=versions())
-    entries = {entry.name: entry for entry in load_corpus(options.corpus).select(options.only)}
-    written = write(rows, entries, setting, options.out, f"corpus_{host_cpu()}")
+    written = write(rows, {entry.name: entry for entry in entries}, setting, options.out, f"corpus_{host_cpu()}")
     options.log("wrote " + ", ".join(str(path) for path in written))
     return written

@@ -26,7 +26,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from tvm.target.codegen import target_has_features
 
-from workbench.bench.corpus import RESULTS, flushed
+from workbench.bench.output import RESULTS, flushed
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment, TargetConfig, validate
 from workbench.config.baselines import WORKBENCH_LABEL

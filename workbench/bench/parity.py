@@ -17,7 +17,8 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from workbench.bench.corpus import CorpusOptions, prefixed, untuned_row
+from workbench.bench.corpus import CorpusOptions, untuned_row
+from workbench.bench.output import prefixed
 from workbench.compile.schedule_sources import COMMITTED_SCHEDULES, schedule_sources
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment, TuningConfig
@@ -31,7 +32,7 @@ from workbench.stages import optimize, prepare
 from workbench.stages.side_by_side import bench
 from workbench.stages.tuning import tune_optimized
 
-CONFIGS = Path("configs")  # the experiment files whose committed schedules a model may have been tuned with
+CONFIGS = COMMITTED_SCHEDULES.parent / "configs"  # the experiment files the committed schedules were tuned for
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class ParityOptions:
 
     def __post_init__(self) -> None:
         minutes = self.tune_minutes
+        if minutes <= 0:
+            raise UserError(f"--tune-minutes: {minutes:g}; give the minutes of tuning per model (> 0)")
         checkpoints = tuple(sorted(set(self.checkpoints or (minutes / 4, minutes / 2, minutes))))
         if checkpoints[0] <= 0 or checkpoints[-1] > minutes:
             raise UserError("--checkpoints: minutes in (0, --tune-minutes]")

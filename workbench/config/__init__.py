@@ -121,8 +121,8 @@ class MeasureConfig(Strict):
     warmup: int = Field(default=5, ge=0)
     repeat: PositiveInt = Field(default=50, description="timed runs of each label per round")
     rounds: PositiveInt = Field(default=1, description="interleaved rounds: each round times every label once in "
-                                                       "turn, so a load change hits all alike; a label's median is "
-                                                       "that of its round medians")
+                                                       "turn, so a load change hits all alike (more than one keeps "
+                                                       "every label's runtime loaded at once)")
     rpc: RpcConfig | None = Field(default=None, description="measure TVM builds on a remote device (a GPU host) "
                                                             "reached through this RPC tracker")
 
@@ -277,8 +277,12 @@ class Experiment(Strict):
 
     def config_hash(self) -> str:
         """A stable hash of the validated config (same experiment, same hash)."""
-        # where a run is recorded does not change what it measures (and keeps hashes from before `record:`)
-        blob = json.dumps(self.model_dump(mode="json", exclude={"record"}), sort_keys=True)
+        # where a run is recorded does not change what it measures (and keeps hashes from before `record:`); one
+        # measuring round is the protocol runs had before `measure.rounds`, so their hashes (and sweep ids) stay
+        data = self.model_dump(mode="json", exclude={"record"})
+        if data["measure"]["rounds"] == 1:
+            del data["measure"]["rounds"]
+        blob = json.dumps(data, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -41,7 +41,15 @@ BASELINES: dict[str, Baseline] = {b.name: b for b in (
              selectable=False),
 )}
 DEFAULT_BASELINES = tuple(name for name, b in BASELINES.items() if b.default)
+# the CPU peers `workbench bench` can time beside the workbench build, and those it times unless told
+SIDE_BY_SIDE = ("ort_all", "openvino", "openvino_bf16", "iree")
+SIDE_BY_SIDE_DEFAULT = ("ort_all", "openvino", "iree")
 BaselineName = Literal[tuple(name for name, b in BASELINES.items() if b.selectable)]  # type: ignore[valid-type]
+
+
+def runtime_of(label: str) -> str:
+    """The runtime that runs `label` (the workbench build and the TVM baselines: tvm)."""
+    return BASELINES[label].runtime if label in BASELINES else "tvm"
 
 
 def runs_on_tvm(label: str) -> bool:

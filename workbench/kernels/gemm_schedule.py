@@ -38,6 +38,8 @@ ACCUMULATORS = 12  # vector registers a tile's sums may take
 MAX_ROWS = 8  # output rows per tile
 GEMV_CHUNK_BYTES = 4096  # a GEMV's columns per task: one page of each row of B per K step, read in order
 GEMV_K_STEPS = 8  # rows of B a GEMV adds into a vector of sums while it sits in a register
+GEMV_TASKS = 8  # column chunks a GEMV is cut into at least, where its columns allow: work for every core
+GEMV_MIN_WIDTH = 4  # a narrower vector (columns a prime, say) is no GEMV schedule: the register tile takes it
 
 
 @dataclass(frozen=True)
@@ -132,15 +134,17 @@ def tile(rows: int, cols: int, lanes: int) -> tuple[int, int]:
     return largest_divisor(rows, min(MAX_ROWS, ACCUMULATORS // vectors)), width
 
 
-def _vectorize(sch: Schedule, loop, lanes: int) -> None:
-    """Vectorize `loop`: in vectors of `lanes` (the pieces unrolled) when it is a multiple, else whole."""
+def _vectorize(sch: Schedule, loop, lanes: int, unroll: bool = True) -> None:
+    """Vectorize `loop`: in vectors of `lanes` (the pieces unrolled, with `unroll`) when it is a multiple, else
+    whole."""
     extent = int(sch.get(loop).extent)
     if extent < 2:
         return
     if extent % lanes == 0 and extent > lanes:
         pieces, loop = sch.split(loop, [None, lanes])
         sch.vectorize(loop)
-        sch.unroll(pieces)
+        if unroll:
+            sch.unroll(pieces)
         return
     sch.vectorize(loop)
 
@@ -165,15 +169,17 @@ def _schedule_gemv(sch: Schedule, shape: GemmShape, lanes: int) -> None:
     loops = [it.loop_rv for it in info.iters]
     work = _work(sch, loops)
     n = int(sch.get(loops[shape.col]).extent)
-    most = max(lanes, GEMV_CHUNK_BYTES * 8 // sch.get(block).writes[0].source.dtype.bits)
-    chunk = lanes * largest_divisor(n // lanes, most // lanes) if n % lanes == 0 else largest_divisor(n, most)
+    width = gemv_width(n, lanes)
+    vectors = n // width
+    most = max(1, min(GEMV_CHUNK_BYTES * 8 // sch.get(block).writes[0].source.dtype.bits // width,
+                      vectors // GEMV_TASKS))
+    chunk = width * largest_divisor(vectors, most)
     col_outer, col_inner = sch.split(loops[shape.col], [None, chunk])
     outer = [loops[i] for i in shape.outer] + [col_outer]
     reduction = [loops[i] for i in shape.reduction]
     sch.reorder(*outer, *reduction, col_inner)
     k = reduction[-1]
     steps = largest_divisor(int(sch.get(k).extent), GEMV_K_STEPS) if isinstance(sch.get(k).extent, tvm.tirx.IntImm) else 1
-    width = lanes if chunk % lanes == 0 else largest_divisor(chunk, lanes)  # the vector: a divisor, no predicate
     if chunk > width:
         pieces, col_inner = sch.split(col_inner, [None, width])
         if steps > 1:  # each vector of sums loaded once for `steps` rows of B, not once per row
@@ -181,17 +187,22 @@ def _schedule_gemv(sch: Schedule, shape: GemmShape, lanes: int) -> None:
             sch.reorder(k_outer, pieces, k_inner, col_inner)
             sch.unroll(k_inner)
             reduction = [*reduction[:-1], k_outer]
-    if width > 1:
-        sch.vectorize(col_inner)  # before decompose_reduction: only a whole reduction block may be vectorized
+    sch.vectorize(col_inner)  # before decompose_reduction: only a whole reduction block may be vectorized
     if len(outer) > 1:
         outer = [sch.fuse(*outer)]
     if work is None or work // lanes >= MIN_PARALLEL_ITERATIONS:
         sch.parallel(outer[0])
     if shape.epilogue is not None:
         sch.reverse_compute_at(shape.epilogue.block_rv, outer[0])
-        _vectorize(sch, sch.get_loops(shape.epilogue.block_rv)[-1], lanes)
+        _vectorize(sch, sch.get_loops(shape.epilogue.block_rv)[-1], width, unroll=False)
     init = sch.decompose_reduction(block, reduction[0])
-    _vectorize(sch, sch.get_loops(init)[-1], lanes)
+    _vectorize(sch, sch.get_loops(init)[-1], width, unroll=False)
+
+
+def gemv_width(columns: int, lanes: int) -> int:
+    """A GEMV's vector: the target's lanes where they divide the columns, else the largest divisor below (no
+    predicate in the loop)."""
+    return lanes if columns % lanes == 0 else largest_divisor(columns, lanes)
 
 
 def _schedule(sch: Schedule, shape: GemmShape, target: tvm.target.Target) -> None:
@@ -201,7 +212,7 @@ def _schedule(sch: Schedule, shape: GemmShape, target: tvm.target.Target) -> Non
     block = info.block_rv
     loops = [it.loop_rv for it in info.iters]
     lanes = max(2, vector_bits(target) // sch.get(block).writes[0].source.dtype.bits)
-    if shape.row is None and shape.b_rows:
+    if shape.row is None and shape.b_rows and gemv_width(int(sch.get(loops[shape.col]).extent), lanes) >= GEMV_MIN_WIDTH:
         _schedule_gemv(sch, shape, lanes)
         return
     work = _work(sch, loops)

@@ -18,10 +18,10 @@ from tvm import rpc
 
 from workbench.compile.build import Built
 from workbench.compile.targets import GENERIC_CPU
-from workbench.config.baselines import BASELINES
+from workbench.config.baselines import runtime_of
 from workbench.measure.iree import iree_runner
-from workbench.measure.openvino import PRECISIONS, openvino_runner
-from workbench.measure.runners import ORT_LEVELS, Runner, ort_runner, tvm_runner
+from workbench.measure.openvino import openvino_runner
+from workbench.measure.runners import Runner, ort_runner, tvm_runner
 from workbench.runtime.threads import target_threads
 
 
@@ -57,13 +57,14 @@ def runner_for(label: str, bench: Bench, built: Built | None = None, library: Pa
             library = built.export(bench.work_dir / f"{_file_name(label)}.so")
         return tvm_runner(label, built, bench.inputs, bench.target, bench.session, library)
     model = model if model is not None else bench.model
-    if label in BASELINES and BASELINES[label].runtime == "iree":
+    runtime = runtime_of(label)
+    if runtime == "iree":
         return iree_runner(model, bench.inputs, bench.work_dir, bench.target.kind.name,
                            arch=bench.target.attrs.get("arch"), cpu=str(bench.target.attrs.get("mcpu", GENERIC_CPU)),
                            threads=bench.thread_count)
-    if label in PRECISIONS:
+    if runtime == "openvino":
         return openvino_runner(label, model, bench.inputs, bench.thread_count)
-    if label in ORT_LEVELS:
+    if runtime == "onnxruntime":
         optimized = bench.work_dir / "ort_all.optimized.onnx" if label == "ort_all" else None
         return ort_runner(label, model, bench.inputs, optimized_path=optimized, threads=bench.thread_count)
     raise ValueError(f"{label!r}: no runtime runs it; a TVM label needs its build")

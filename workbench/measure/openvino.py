@@ -10,6 +10,7 @@ OpenVINO in the user's cache folder (keyed by model and settings), so a rerun sk
 
 from __future__ import annotations
 
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +31,12 @@ def _require_openvino():
     return openvino
 
 
-def openvino_version() -> str:
-    return _require_openvino().__version__.split("-")[0]
+def openvino_version() -> str | None:
+    """The installed OpenVINO version (for provenance), None without the extra."""
+    try:
+        return metadata.version("openvino")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def has_bf16() -> bool:
@@ -40,6 +45,7 @@ def has_bf16() -> bool:
 
 
 def cache_dir() -> Path:
+    """Where OpenVINO keeps compiled models (its own keys: the model and the settings)."""
     return Path(platformdirs.user_cache_dir("workbench")) / "openvino"
 
 
@@ -47,9 +53,9 @@ def openvino_runner(label: str, model: onnx.ModelProto, inputs: dict[str, np.nda
     """The model compiled by OpenVINO's CPU plugin at the label's precision, its inputs set once."""
     ov = _require_openvino()
     precision = PRECISIONS[label]
-    core = ov.Core()
-    if precision == "bf16" and "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+    if precision == "bf16" and not has_bf16():
         raise BaselineUnavailable("this CPU has no native bf16 (AVX512_BF16 or AMX): OpenVINO would emulate it")
+    core = ov.Core()
     try:
         compiled = core.compile_model(core.read_model(model.SerializeToString()), "CPU", {
             "INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY",

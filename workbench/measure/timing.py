@@ -79,23 +79,28 @@ class Sampled(Protocol):
 SETTLE_S = 0.2  # before each label's turn: the thread pools of the label before it stop spinning and sleep
 
 
-def interleaved(runners: dict[str, Sampled], warmup: int, repeat: int, rounds: int) -> dict[str, Timing]:
+def interleaved(runners: dict[str, Sampled], warmup: int, repeat: int, rounds: int,
+                failures: dict[str, Exception] | None = None) -> dict[str, Timing]:
     """Each label timed in `rounds` rounds, every round timing every label once in turn (`repeat` runs after
     `warmup`): a load change on the machine during the measurement hits all labels alike, so their ratios stay
-    fair. A label's median is the median of its round medians (one disturbed round moves it little); its other
-    figures are over all its samples. One round is the plain protocol: each label timed once, in order."""
-    per_round: dict[str, list[np.ndarray]] = {label: [] for label in runners}
+    fair. A label's figures are over all its samples. One round is the plain protocol: each label timed once, in
+    order. With `failures`, a label whose call raises is left out of the later rounds and of the result, its
+    exception kept there, and the others go on; without, the exception propagates."""
+    samples: dict[str, list[np.ndarray]] = {label: [] for label in runners}
     for _ in range(rounds):
         for label, runner in runners.items():
+            if failures is not None and label in failures:
+                continue
             if rounds > 1:
                 time.sleep(SETTLE_S)
-            per_round[label].append(runner.samples(warmup, repeat))
-    timings = {}
-    for label, samples in per_round.items():
-        timing = summarize(np.concatenate(samples))
-        timing.median_ms = float(np.median([np.median(s) for s in samples]))
-        timings[label] = timing
-    return timings
+            try:
+                samples[label].append(runner.samples(warmup, repeat))
+            except Exception as exc:  # any runtime's failure at run time: the label's, not the others'
+                if failures is None:
+                    raise
+                failures[label] = exc
+    return {label: summarize(np.concatenate(taken)) for label, taken in samples.items()
+            if taken and label not in (failures or {})}
 
 
 def interleaved_medians(runners: dict[str, Sampled], repeat: int, rounds: int) -> dict[str, float]:

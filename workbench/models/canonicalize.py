@@ -125,6 +125,9 @@ def _inference_dropout(graph: onnx.GraphProto) -> None:
     schedule: a classifier's fully connected layers ran as plain loops (tests/test_canonicalize.py)."""
     constants = {init.name: init for init in graph.initializer}
     read = {name for node in all_nodes(graph) for name in node.input} | {value.name for value in graph.output}
+    read |= {value.name for node in all_nodes(graph) for attr in node.attribute  # a subgraph may return an outer
+             for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs)  # name as its output
+             for value in sub.output}
     for node in graph.node:
         if node.op_type != "Dropout" or node.domain not in ("", "ai.onnx"):
             continue

@@ -1,15 +1,16 @@
 """The measuring stage: every label of a run (the workbench build, its baselines) run on the same inputs and timed by
 the same protocol, `measure.rounds` interleaved rounds of `measure.repeat` runs.
 
-First each label is set up and run once (its outputs are what accuracy compares); a baseline that cannot run is
-kept with its reason and the others go on. Then the labels that ran are timed together (measure/timing.py:
-`interleaved`). `done` is called after each label's step, so the conductor can write result.json each time and a
-crash loses at most the label in flight.
+Each label is set up and run once (its outputs are what accuracy compares), then timed (measure/timing.py:
+`interleaved`); a baseline that cannot run, at set-up or while timed, is kept with its reason and the others go on.
+`done` is called after each label's step, so the conductor can write result.json each time and a crash loses at
+most the step in flight.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +21,8 @@ from workbench.compile.build import BASELINE_BUILDS, Built
 from workbench.compile.build_cache import BuildCache
 from workbench.compile.cuda_report import kernel_report
 from workbench.compile.targets import device_for, is_cuda
-from workbench.config import Experiment
-from workbench.config.baselines import WORKBENCH_LABEL, runs_on_tvm
+from workbench.config import Experiment, MeasureConfig
+from workbench.config.baselines import WORKBENCH_LABEL, runs_on_tvm, runtime_of
 from workbench.errors import BaselineUnavailable
 from workbench.measure.factory import Bench, runner_for
 from workbench.measure.ort_quant import ort_int8_model
@@ -83,18 +84,19 @@ def _note(experiment: Experiment, label: str, target: tvm.target.Target) -> str 
     every op converts to fp32 and back."""
     from tvm.target import codegen
 
-    if is_cuda(target) and label in ("ort_all", "ort_none"):
-        return "ONNX Runtime on the CPU"
+    if is_cuda(target) and runtime_of(label) in ("onnxruntime", "openvino") and label != "ort_cuda":
+        return f"{'OpenVINO' if runtime_of(label) == 'openvino' else 'ONNX Runtime'} on the CPU"
     if label != WORKBENCH_LABEL or target.kind.name != "llvm" or not any(s.name == "fp16" for s in experiment.pipeline) \
             or codegen.target_has_features("avx512fp16", target):
         return None
     return "fp16 on a CPU without native fp16 arithmetic (no avx512fp16): converted around each op, expect slower"
 
 
-def _set_up(label: str, experiment: Experiment, prepared: Prepared, built: Built, place: Place, bench: Bench,
-            cache: BuildCache | None) -> tuple[LabelMeasured, Runner | None]:
-    """Build (a TVM baseline), start and run the label once; a TVM label where no device is gets its note only."""
-    measured = LabelMeasured(label, note=_note(experiment, label, prepared.target))
+def _set_up(measured: LabelMeasured, experiment: Experiment, prepared: Prepared, built: Built, place: Place,
+            bench: Bench, cache: BuildCache | None) -> Runner | None:
+    """Build (a TVM baseline), start and run the label once, noting what each step gave in `measured`; no runner
+    for a TVM label where no device is (its note says why)."""
+    label = measured.label
     tvm_build = None
     if label == WORKBENCH_LABEL:
         tvm_build = built
@@ -109,49 +111,72 @@ def _set_up(label: str, experiment: Experiment, prepared: Prepared, built: Built
             measured.cuda = kernel_report(label, tvm_build, experiment.target.arch, bench.work_dir / "cuda")
         if place.unavailable:
             measured.note = place.unavailable
-            return measured, None
+            return None
     library = bench.work_dir / WORKBENCH_LIBRARY if label == WORKBENCH_LABEL else None
     model = ort_int8_model(experiment, prepared.canonical, bench.work_dir) if label == "ort_int8" else None
     runner = runner_for(label, bench, tvm_build, library, model)
     measured.outputs = runner.infer()  # a runtime that fails at run time fails here, not in the middle of timing
     measured.kernels = runner.kernels
-    return measured, runner
+    return runner
+
+
+def _failed(measured: LabelMeasured, exc: Exception) -> None:
+    """A baseline that could not run: its reason, in one line; the workbench build must run."""
+    if measured.label == WORKBENCH_LABEL:
+        raise exc
+    reason = str(exc) if isinstance(exc, BaselineUnavailable) else f"{exc.__class__.__name__}: {exc}"
+    measured.outputs, measured.failure = None, " ".join(reason.split())
+
+
+Step = Callable[[str], AbstractContextManager]  # a stage's title -> a context that shows its progress
 
 
 def measure(experiment: Experiment, prepared: Prepared, built: Built, place: Place, out_dir: Path,
-            cache: BuildCache | None = None, step: Callable[[str], object] | None = None,
+            cache: BuildCache | None = None, step: Step = lambda _: nullcontext(),
             done: Callable[[LabelMeasured], None] = lambda _: None) -> Measured:
-    """Set up and run every label once, then time those that ran in interleaved rounds. The workbench build (its
-    library already exported to `out_dir`) must run; a baseline that cannot is kept with its reason. `step(title)`
-    is a context manager that shows progress; `done` is called after each label changes."""
-    from contextlib import nullcontext
-
-    step = step or (lambda _: nullcontext())
+    """Every label set up and run once, then timed: with one round each label right after its set-up (its runtime
+    released before the next), with more all of them in interleaved rounds. The workbench build (its library
+    already exported to `out_dir`) must run; a baseline that cannot, at set-up or while timed, keeps its reason and
+    the others go on. `done` is called after each label changes."""
+    protocol = experiment.measure
     bench = Bench(prepared.canonical, prepared.inputs, prepared.target, out_dir, place.session)
-    labels: dict[str, LabelMeasured] = {}
+    labels = {label: LabelMeasured(label, note=_note(experiment, label, prepared.target))
+              for label in labels_of(experiment, prepared.target)}
     runners: dict[str, Runner] = {}
-    for label in labels_of(experiment, prepared.target):
+    for label, measured in labels.items():
         with step(f"Running {label}"):
             try:
-                labels[label], runner = _set_up(label, experiment, prepared, built, place, bench, cache)
+                runner = _set_up(measured, experiment, prepared, built, place, bench, cache)
             except Exception as exc:  # a baseline that cannot run is reported, the run goes on
-                if label == WORKBENCH_LABEL:
-                    raise
-                reason = str(exc) if isinstance(exc, BaselineUnavailable) else f"{exc.__class__.__name__}: {exc}"
-                labels[label], runner = LabelMeasured(label, failure=" ".join(reason.split())), None
+                _failed(measured, exc)
+                runner = None
+        done(measured)
         if runner is not None:
             runners[label] = runner
-        done(labels[label])
-    protocol = experiment.measure
-    with step(f"Timing {len(runners)} labels ({protocol.rounds} × {protocol.repeat} runs)"):
-        timings = interleaved(runners, protocol.warmup, protocol.repeat, protocol.rounds)
-    for label, timing in timings.items():
-        labels[label].timing = timing
-        done(labels[label])
+        if protocol.rounds == 1 and runner is not None:
+            _time(labels, runners, protocol, step, done)
+            runners.clear()
+    if runners:
+        _time(labels, runners, protocol, step, done)
     return Measured(labels)
 
 
-def profiles(experiment: Experiment, prepared: Prepared, place: Place, out_dir: Path) -> dict:
+def _time(labels: dict[str, LabelMeasured], runners: dict[str, Runner], protocol: MeasureConfig, step: Step,
+          done: Callable[[LabelMeasured], None]) -> None:
+    """Time `runners` by the protocol; each label's timing (or the failure that stopped it) into `labels`."""
+    failures: dict[str, Exception] = {}
+    title = f"Timing {', '.join(runners)}" + (f" ({protocol.rounds} interleaved rounds)" if protocol.rounds > 1 else "")
+    with step(title):
+        timings = interleaved(runners, protocol.warmup, protocol.repeat, protocol.rounds, failures)
+    for label in runners:
+        if label in failures:
+            _failed(labels[label], failures[label])
+        else:
+            labels[label].timing = timings[label]
+        done(labels[label])
+
+
+def profiles(experiment: Experiment, prepared: Prepared, place: Place, out_dir: Path) -> dict[str, dict]:
     """Per-kernel profiles of the workbench build (measured where it runs locally) and of ort_all, side by side."""
     from workbench.measure.profile import ort_profile, tvm_profile
 

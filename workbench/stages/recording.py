@@ -20,9 +20,10 @@ from workbench.compile.build import Built
 from workbench.compile.schedule_sources import ScheduleSources
 from workbench.compile.targets import describe, is_cuda, resolved
 from workbench.config import Experiment, pipeline_spec
+from workbench.config.baselines import runtime_of
 from workbench.errors import ReferenceFailed, UserError
 from workbench.measure.iree import iree_version
-from workbench.measure.openvino import PRECISIONS, openvino_version
+from workbench.measure.openvino import openvino_version
 from workbench.models.accuracy import compare
 from workbench.models.canonicalize import CONVERTED_OPSET
 from workbench.record import mlflow_sink
@@ -33,6 +34,7 @@ from workbench.record.tuning_notes import schedules_line
 from workbench.runtime.threads import target_threads
 from workbench.stages import Optimized, Prepared
 from workbench.stages.measuring import LabelMeasured, Measured
+from workbench.stages.tuning import Tuned
 
 
 def writable_output(out_dir: Path) -> Path:
@@ -55,7 +57,8 @@ def provenance(experiment: Experiment) -> dict:
         "onnxruntime": versions["onnxruntime"], "python": platform.python_version(),
         "config_hash": experiment.config_hash(), "seed": experiment.seed, "host": socket.gethostname(),
         "machine": platform.machine(), **({"iree": iree_version()} if "iree" in experiment.baselines else {}),
-        **({"openvino": openvino_version()} if any(label in PRECISIONS for label in experiment.baselines) else {}),
+        **({"openvino": openvino_version()} if any(runtime_of(label) == "openvino" for label in experiment.baselines)
+           else {}),
     }
 
 
@@ -87,10 +90,11 @@ def note_prepared(result: RunResult, prepared: Prepared, out_dir: Path, console:
 
 
 def note_optimized(result: RunResult, optimized: Optimized) -> None:
+    """One entry per pipeline step: its time, op counts before and after, what it reported."""
     result.passes = [PassEntry(**vars(record)) for record in optimized.records]
 
 
-def note_tuned(result: RunResult, tuned, console: Console) -> None:
+def note_tuned(result: RunResult, tuned: Tuned, console: Console) -> None:
     """The tuning a run did first (stages/tuning.py's `Tuned`): per task, and the minutes it used."""
     result.tuning_trials = [task.as_dict() for task in tuned.tasks]
     result.tuning_time = tuned.clock.as_dict()
@@ -114,6 +118,7 @@ def note_built(result: RunResult, built: Built, sources: ScheduleSources | None,
 
 
 def _not_measured(note: str | None) -> Measurement:
+    """A label without a figure, and why (every field written: readers see median null, not a missing key)."""
     return Measurement(median_ms=None, p90_ms=None, repeats=0, note=note)
 
 
@@ -131,6 +136,8 @@ def note_label(result: RunResult, measured: LabelMeasured, out_dir: Path) -> Non
         result.measurements[label] = Measurement(**measured.timing.as_dict(), note=measured.note)
     elif measured.outputs is None:  # a TVM build where no device is
         result.measurements[label] = _not_measured(measured.note)
+    else:  # ran once, its timing to come: its place in the table kept, in the order of the labels
+        result.measurements[label] = _not_measured("being timed")
     result.write(out_dir)
 
 

@@ -26,7 +26,6 @@ from workbench.record.corpus_table import Row
 from workbench.stages import build, optimize, prepare
 
 REFERENCE = "ort_none"
-COMPARED = ("ort_all", "openvino", "openvino_bf16", "iree")  # the baselines this bench can time beside the workbench
 
 
 class StageFailed(Exception):
@@ -64,7 +63,7 @@ def errors_text(accuracy: dict) -> str:
 def bench(experiment: Experiment, baselines: list[str], work_dir: Path, repeat: int, rounds: int,
           log: Callable[[str], None] = print, sources: ScheduleSources | None = None) -> Row:
     """Build the experiment's model with its pipeline (untuned, or with `sources`' schedules), run it next to
-    `baselines` (of COMPARED) on the same seeded inputs, check it against ort_none within the experiment's
+    `baselines` (of config/baselines.py's SIDE_BY_SIDE) on the same seeded inputs, check it against ort_none within the experiment's
     tolerance, and time every label that runs. Never raises for a model's failure: the row carries it."""
     tolerance = experiment.accuracy
     row, stage = Row(experiment.name, tolerance.rtol, tolerance.atol), _Stages(experiment.name, log)
