@@ -151,7 +151,7 @@ def test_a_gemv_streams_b_row_by_row_in_column_chunks():
         kinds = _update_loops(sch)
         assert kinds[0] == "PARALLEL" and kinds[-1] == "VECTORIZED" and "UNROLLED" in kinds, kinds
         tasks = int(sch.get(sch.get_loops(sch.get_sblock("matmul_update"))[0]).extent)
-        assert tasks >= 8, f"{n} columns in {tasks} chunks: too few for the cores"
+        assert tasks >= 4, f"{n} columns in {tasks} chunks: too few for the cores"
         replayed = tvm.s_tir.Schedule(tvm.IRModule({"main": the_kernel(mod)}))
         sch.trace.apply_to_schedule(replayed, remove_postproc=False)
         tvm.ir.assert_structural_equal(replayed.mod, sch.mod)

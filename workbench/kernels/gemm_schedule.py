@@ -38,7 +38,7 @@ ACCUMULATORS = 12  # vector registers a tile's sums may take
 MAX_ROWS = 8  # output rows per tile
 GEMV_CHUNK_BYTES = 4096  # a GEMV's columns per task: one page of each row of B per K step, read in order
 GEMV_K_STEPS = 8  # rows of B a GEMV adds into a vector of sums while it sits in a register
-GEMV_TASKS = 8  # column chunks a GEMV is cut into at least, where its columns allow: work for every core
+GEMV_TASKS = 4  # column chunks a GEMV is cut into at least: more, narrower chunks read B in shorter runs (bench ops)
 GEMV_MIN_WIDTH = 4  # a narrower vector (columns a prime, say) is no GEMV schedule: the register tile takes it
 
 
