@@ -221,6 +221,25 @@ def yolo_block() -> onnx.ModelProto:
     return g.model("yolo_block", ["N", 3, "H", "W"], out, ["N", 21, "H2", "W2"])
 
 
+def alexnet_small() -> onnx.ModelProto:
+    """A classic model-zoo classifier, scaled down: an 11x11 stride-4 conv on 3 channels, LRN, max pools, a 5x5
+    conv, then fully connected layers at batch 1 with inference Dropout between them (Gemm with transB, as such
+    exports have it): the layers whose weights a GEMV must stream at memory speed."""
+    g = _Graph(seed=6)
+    c1 = g.op("Relu", g.op("Conv", "x", g.weight((24, 3, 11, 11), 3 * 121), g.const(np.zeros(24)),
+                           kernel_shape=[11, 11], strides=[4, 4], pads=[2, 2, 2, 2]))
+    p1 = g.op("MaxPool", g.op("LRN", c1, size=5, alpha=1e-4, beta=0.75, bias=2.0), kernel_shape=[3, 3], strides=[2, 2])
+    c2 = g.op("Relu", g.op("Conv", p1, g.weight((48, 24, 5, 5), 24 * 25), g.const(np.zeros(48)),
+                           kernel_shape=[5, 5], pads=[2, 2, 2, 2]))
+    p2 = g.op("MaxPool", g.op("LRN", c2, size=5, alpha=1e-4, beta=0.75, bias=2.0), kernel_shape=[3, 3], strides=[2, 2])
+    x = g.op("Flatten", p2, axis=1)
+    for cin, cout in ((48 * 7 * 7, 1024), (1024, 1024)):
+        fc = g.op("Gemm", x, g.weight((cout, cin), cin), g.const(g.rng.normal(0.0, 0.1, cout)), transB=1)
+        x = g.op("Dropout", g.op("Relu", fc))
+    out = g.op("Gemm", x, g.weight((100, 1024), 1024), g.const(np.zeros(100)), transB=1, out="y")
+    return g.model("alexnet_small", ["N", 3, 127, 127], out, ["N", 100])
+
+
 # name -> (builder, graph input name -> default concrete shape)
 _MODELS: dict[str, tuple[Callable[[], onnx.ModelProto], dict[str, list[int]]]] = {
     "convnet_small": (convnet_small, {"x": [1, 3, 64, 64]}),
@@ -228,6 +247,7 @@ _MODELS: dict[str, tuple[Callable[[], onnx.ModelProto], dict[str, list[int]]]] =
     "transformer_block": (transformer_block, {"x": [1, 32, 64]}),
     "byte_classifier": (byte_classifier, {"x": [1, 512]}),
     "yolo_block": (yolo_block, {"x": [1, 3, 52, 52]}),
+    "alexnet_small": (alexnet_small, {"x": [1, 3, 127, 127]}),
 }
 NAMES: tuple[str, ...] = tuple(_MODELS)
 
