@@ -115,3 +115,28 @@ def test_untuned_build_schedules_every_kernel_but_relax_convs(zoo_relax, llvm):
     data = np.random.default_rng(3).uniform(size=(1, 16, 56, 56)).astype("float32")
     reference = ort_runner("ort_none", model, {"x": data}).infer()[0]
     np.testing.assert_allclose(run_built(optimized, llvm, data), reference, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape, perm", [((1, 96, 20, 20), [0, 2, 3, 1]), ((1, 20, 20, 96), [0, 3, 1, 2]),
+                                         ((1, 21, 35, 27), [0, 2, 3, 1])])
+def test_a_transpose_runs_in_square_tiles(avx512, shape, perm):
+    """NCHW to NHWC and back: the loop along the input's last dimension and the output's innermost are split into
+    tiles of up to 16 (fp32 lanes of a zmm), the two tile loops innermost, the output's vectorized; element by
+    element one side strides a whole row apart on every step."""
+    mod = module(shape, lambda x: relax.op.permute_dims(x, perm))
+    (func,) = kernels(mod, avx512)
+    sch = loop_schedule(func, avx512)
+    (block,) = sch.get_child_blocks(sch.get_sblock("root"))
+    loops = [sch.get(loop) for loop in sch.get_loops(block)]
+    out_shape = [shape[i] for i in perm]
+    source = perm.index(len(shape) - 1)  # the output axis that walks the input's last dimension
+    assert tvm.tirx.ForKind(int(loops[0].kind)) == tvm.tirx.ForKind.PARALLEL
+    assert [int(loop.extent) for loop in loops[-2:]] == [max(f for f in range(1, 17) if shape[-1] % f == 0),
+                                                         max(f for f in range(1, 17) if out_shape[-1] % f == 0)]
+    assert tvm.tirx.ForKind(int(loops[-1].kind)) == tvm.tirx.ForKind.VECTORIZED or int(loops[-1].extent) == 1
+    assert source != len(shape) - 1
+    replayed = tvm.s_tir.Schedule(tvm.IRModule({"main": func}))
+    sch.trace.apply_to_schedule(replayed, remove_postproc=False)
+    tvm.ir.assert_structural_equal(replayed.mod, sch.mod)
+    data = np.random.default_rng(2).normal(size=shape).astype("float32")
+    np.testing.assert_array_equal(run_built(mod, avx512, data), data.transpose(perm))

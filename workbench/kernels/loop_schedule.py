@@ -5,8 +5,10 @@ TVM's CPU pipeline leaves untuned kernels as plain loops: one thread, intermedia
 ops, and reductions walking memory in whatever order the op's axes come (an NHWC mean over H and W strides C
 apart on every step); on a detector in NHWC with packed convs most of the untuned time was in such kernels
 (docs/results/ops_<cpu>.md measures each op class). Here each elementwise stage is inlined into its consumer, the outer
-loops run in parallel and the innermost, contiguous one is vectorized; a reduction whose read is contiguous
-along a spatial axis (NHWC mean over H, W) has that axis moved inside the reduction loops and vectorized.
+loops run in parallel and the innermost, contiguous one is vectorized; a transpose (NCHW to NHWC and back) runs
+in square tiles, so neither its reads nor its writes stride a row apart on every step; a reduction whose read is
+contiguous along a spatial axis (NHWC mean over H, W) has that axis moved inside the reduction loops and
+vectorized.
 Contractions (a reduction over two or more inputs: convs, matmuls) are left as they were here: matmuls get
 gemm_schedule.py's tile, packed convs packed_schedule.py's, relax's convs are MetaSchedule's job.
 """
@@ -67,12 +69,48 @@ def iterations(sch: Schedule, loops: list) -> int:
     return total
 
 
+def _transposed(sch: Schedule, info: SBlockInfo) -> int | None:
+    """The loop (its position) whose var indexes the last dimension of the block's one read, where that is not the
+    innermost loop's var (a transpose: NCHW to NHWC and back); None for any other block."""
+    block = sch.get(info.block_rv)
+    if len(block.reads) != 1 or len(info.iters) < 2:
+        return None
+    last = block.reads[0].region[-1]
+    if not isinstance(last.min, tvm.tirx.Var) or (isinstance(last.extent, tvm.tirx.IntImm) and int(last.extent) != 1):
+        return None
+    found = [i for i, it in enumerate(info.iters) if it.var.same_as(last.min)]
+    return found[0] if found and found[0] != len(info.iters) - 1 else None
+
+
+def _schedule_transpose(sch: Schedule, info: SBlockInfo, source: int, lanes: int) -> None:
+    """A transpose in square tiles: the loop along the read's last dimension and the innermost (the write's) both
+    split by up to a vector's lanes, the two tile loops innermost; each tile reads whole cache lines of its input
+    and writes whole vectors of its output, where element by element one side strides a row apart each step."""
+    loops = sch.get_loops(info.block_rv)
+    work = iterations(sch, loops)
+    inner, across = loops[-1], loops[source]
+    inner_tile = largest_divisor(_extent(sch, inner) or 1, lanes)
+    across_tile = largest_divisor(_extent(sch, across) or 1, lanes)
+    inner_outer, inner_in = sch.split(inner, [None, inner_tile])
+    across_outer, across_in = sch.split(across, [None, across_tile])
+    outer = [loop for i, loop in enumerate(loops[:-1]) if i != source]
+    sch.reorder(*outer, across_outer, inner_outer, across_in, inner_in)
+    parallel_loops(sch, [*outer, across_outer], work)
+    if inner_tile > 1:
+        sch.vectorize(inner_in)
+
+
 def _schedule_injective(sch: Schedule, info: SBlockInfo, target: tvm.target.Target) -> None:
     loops = sch.get_loops(info.block_rv)
     if not loops:  # a scalar
         return
+    lanes = vector_lanes(sch, info.block_rv, target)
+    source = _transposed(sch, info)
+    if source is not None and len(loops) == len(info.iters):
+        _schedule_transpose(sch, info, source, lanes)
+        return
     parallel_loops(sch, loops[:-1], iterations(sch, loops))
-    vectorize_loop(sch, sch.get_loops(info.block_rv)[-1], vector_lanes(sch, info.block_rv, target))
+    vectorize_loop(sch, sch.get_loops(info.block_rv)[-1], lanes)
 
 
 def _contiguous_spatial(sch: Schedule, info: SBlockInfo) -> int | None:
