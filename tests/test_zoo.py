@@ -16,11 +16,13 @@ REQUIRED_OPS = {
     "transformer_block": {"LayerNormalization", "MatMul", "Transpose", "Softmax", "Erf", "Div", "Mul", "Add"},
     "byte_classifier": {"Gather", "Conv", "Relu", "ReduceMean", "Max", "Sqrt", "MatMul", "Softmax", "Gemm"},
     "yolo_block": {"Slice", "Conv", "Sigmoid", "Mul", "Split", "Concat", "MaxPool", "Resize"},
+    "alexnet_small": {"Conv", "Relu", "LRN", "MaxPool", "Flatten", "Gemm", "Dropout"},
 }
 OUTPUT_SHAPES = {"convnet_small": (1, 10), "mobilenet_block": (1, 10), "transformer_block": (1, 32, 64),
-                 "byte_classifier": (1, 2), "yolo_block": (1, 21, 26, 26)}
+                 "byte_classifier": (1, 2), "yolo_block": (1, 21, 26, 26), "alexnet_small": (1, 100)}
 INPUT_DIMS = {"convnet_small": ["N", 3, "H", "W"], "mobilenet_block": ["N", 16, "H", "W"],
-              "transformer_block": ["N", "S", 64], "byte_classifier": ["N", "L"], "yolo_block": ["N", 3, "H", "W"]}
+              "transformer_block": ["N", "S", 64], "byte_classifier": ["N", "L"], "yolo_block": ["N", 3, "H", "W"],
+              "alexnet_small": ["N", 3, 127, 127]}
 
 
 def _input(name: str) -> np.ndarray:
@@ -36,7 +38,8 @@ def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
 
 
 def test_names_and_default_inputs():
-    assert zoo.NAMES == ("convnet_small", "mobilenet_block", "transformer_block", "byte_classifier", "yolo_block")
+    assert zoo.NAMES == ("convnet_small", "mobilenet_block", "transformer_block", "byte_classifier", "yolo_block",
+                         "alexnet_small")
     assert zoo.default_inputs("convnet_small") == {"x": [1, 3, 64, 64]}
     assert zoo.default_inputs("transformer_block") == {"x": [1, 32, 64]}
 
