@@ -98,6 +98,19 @@ def test_config_hash_is_stable_and_sensitive():
     assert validate({**BASE, "seed": 1}, "f").config_hash() != a.config_hash()
 
 
+def test_one_measuring_round_keeps_the_hash_runs_had_before_rounds_existed():
+    """Sweep variant ids and store groupings come from the hash: `measure.rounds: 1`, the protocol before the key
+    existed, hashes as a config without it did; more rounds measure differently and hash differently."""
+    import hashlib
+    import json
+
+    a = validate(dict(BASE), "f")
+    before = a.model_dump(mode="json", exclude={"record"})
+    del before["measure"]["rounds"]
+    assert a.config_hash() == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
+    assert validate({**BASE, "measure": {"rounds": 3}}, "f").config_hash() != a.config_hash()
+
+
 def test_output_and_store_paths(tmp_path):
     exp = validate(dict(BASE), "f")
     assert exp.output_dir(tmp_path) == tmp_path / "runs" / "t"
