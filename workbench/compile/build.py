@@ -30,7 +30,7 @@ from pathlib import Path
 import tvm
 from tvm import relax
 
-from workbench.kernels.lowering import legalize_passes, tail_passes, weight_layout_passes
+from workbench.kernels.lowering import COMPILE_CONFIG, legalize_passes, tail_passes, weight_layout_passes
 from workbench.passes.cuda_graph import CUDA_GRAPH_ATTR
 from workbench.passes.figures import count_kernels
 
@@ -79,7 +79,8 @@ def _build_context(mod: tvm.IRModule, target: tvm.target.Target, database=None) 
 
 
 def _compiled(lowered: tvm.IRModule, target: tvm.target.Target, tuning: dict | None = None) -> Built:
-    executable = tvm.compile(lowered, target, relax_pipeline=None)
+    with tvm.transform.PassContext(config=COMPILE_CONFIG):
+        executable = tvm.compile(lowered, target, relax_pipeline=None)
     return Built(executable, lowered, count_kernels(lowered), tuning)
 
 

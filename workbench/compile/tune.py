@@ -49,6 +49,7 @@ from workbench.compile.verify import Reference, reject_wrong_best, untuned_refer
 from workbench.compile.warm_model import new_model, warm_cost_model
 from workbench.config import TuningConfig
 from workbench.errors import UserError, one_line
+from workbench.kernels.lowering import COMPILE_CONFIG
 from workbench.runtime.rpc import check_tracker
 from workbench.runtime.threads import target_threads, use_tvm_threads
 
@@ -69,7 +70,8 @@ def workbench_build(mod: tvm.IRModule, target: tvm.target.Target, _params: dict 
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    return tvm_build(mod, target=target)
+    with tvm.transform.PassContext(config=COMPILE_CONFIG):  # candidates compiled as the build compiles them
+        return tvm_build(mod, target=target)
 
 
 def make_cost_model(config: TuningConfig, num_cores: int, target: tvm.target.Target) -> ms.cost_model.CostModel:
