@@ -30,25 +30,22 @@ class BuildCache:
         return len(self._builds)
 
     def built(self, name: str, mod: tvm.IRModule, target: tvm.target.Target, make: Callable[[], Built],
-              state: tuple = ()) -> Built:
-        """The build made before for an equal module, target and state under `name`, or `make()`'s."""
+              state: tuple = (), library: Path | None = None) -> Built:
+        """The build made before for an equal module, target and state under `name`, or `make()`'s; with `library`,
+        exported there: a copy of the library exported before for the same key (the machine code is not emitted
+        again), else a fresh export."""
         key = (name, str(target), tvm_ffi.structural_hash(mod), *state)
         if key not in self._builds:
             if len(self._builds) >= MAX_BUILDS:
                 self._builds.clear()
                 self._libraries.clear()
             self._builds[key] = make()
-        return self._builds[key]
-
-    def export(self, built: Built, name: str, mod: tvm.IRModule, target: tvm.target.Target, library: Path,
-               state: tuple = ()) -> Path:
-        """`built` exported to `library`: a copy of the library exported before for the same key (the machine
-        code is not emitted again), else a fresh export."""
-        key = (name, str(target), tvm_ffi.structural_hash(mod), *state)
-        exported = self._libraries.get(key)
-        if exported is not None and exported.is_file():
-            atomic_write_bytes(library, exported.read_bytes())
-        else:
-            built.export(library)
-            self._libraries[key] = library
-        return library
+        built = self._builds[key]
+        if library is not None:
+            exported = self._libraries.get(key)
+            if exported is not None and exported.is_file():
+                atomic_write_bytes(library, exported.read_bytes())
+            else:
+                built.export(library)
+                self._libraries[key] = library
+        return built

@@ -85,10 +85,7 @@ def build(optimized: Optimized, target: tvm.target.Target, sources: ScheduleSour
         if library is not None:
             built.export(library)
         return built
-    built = cache.built("workbench", optimized.module, target, make, state)
-    if library is not None:
-        cache.export(built, "workbench", optimized.module, target, library, state)
-    return built
+    return cache.built("workbench", optimized.module, target, make, state, library)
 
 
 def optimized_module(experiment: Experiment, base_dir: Path, target: tvm.target.Target) -> tvm.IRModule:
