@@ -1,4 +1,4 @@
-"""The `workbench` command: verbs run, tune, profile, passes, inspect, report, runs, compare, sweep.
+"""The `workbench` command: verbs run, tune, profile, passes, inspect, report, runs, compare, sweep, bench.
 
 Exit codes: 0 success, 2 a user mistake (one readable message; traceback only with --debug),
 1 a run whose accuracy reference could not run (one message; what was measured is kept) or an internal
