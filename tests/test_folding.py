@@ -1,13 +1,20 @@
-"""fold_batchnorm folds its constant arithmetic with numpy: the same IR and the same weight bits as FoldConstant."""
+"""fold_batchnorm folds its constant arithmetic with numpy: the same IR and the same weight bits as FoldConstant;
+fold_constant folds every constant subgraph, whatever its ops, and records what it could not fold."""
 
 import numpy as np
+import onnx
 import pytest
 import tvm
 from tvm import relax
+from tvm.script import relax as R
+from tvm.script import tirx as T
 
 from workbench.compile.build import build_lowered
+from workbench.config.named_pipelines import expand
 from workbench.config.pipeline_spec import parse_text
 from workbench.measure.runners import ort_runner, tvm_runner
+from workbench.models.canonicalize import InputSpec, canonicalize
+from workbench.models.importer import import_to_relax
 from workbench.passes.figures import count_ops
 from workbench.passes.pipeline import run_pipeline
 
@@ -42,3 +49,91 @@ def test_fold_batchnorm_matches_tvm_fold_constant_bit_for_bit(zoo_relax, llvm, z
     reference = ort_runner("ort_none", model, inputs).infer()[0]
     out = tvm_runner("t", build_lowered(folded, llvm), inputs, llvm).infer()[0]
     np.testing.assert_allclose(out, reference, atol=1e-4, rtol=1e-4)
+
+
+def _weights_built_by_constant_subgraphs() -> onnx.ModelProto:
+    """Convs whose weights an exporter computes from initializers with ops FoldConstant leaves computed (CumSum, a
+    Split read through its tuple) or folds (DequantizeLinear of int8, Cast of fp16, a TF-layout Transpose, Range
+    larger than canonicalize folds, ConstantOfShape + Expand)."""
+    rng = np.random.default_rng(0)
+    channels = 24
+    inits = {
+        "w_int8": rng.integers(-127, 127, (channels, 3, 3, 3)).astype(np.int8), "scale": np.array(0.01, np.float32),
+        "zero": np.array(0, np.int8),
+        "w_fp16": (rng.standard_normal((channels, channels, 3, 3)) * 0.05).astype(np.float16),
+        "w_hwio": (rng.standard_normal((3, 3, channels, channels)) * 0.05).astype(np.float32),
+        "steps": (rng.standard_normal((channels, channels, 3, 3)) * 0.01).astype(np.float32),
+        "axis": np.array(1, np.int64),
+        "pair": (rng.standard_normal((2 * channels, channels, 1, 1)) * 0.05).astype(np.float32),
+        "start": np.array(0.0, np.float32), "limit": np.array(channels * channels, np.float32),
+        "delta": np.array(1.0, np.float32), "square": np.array([channels, channels, 1, 1], np.int64),
+        "tiny": np.array(1e-4, np.float32), "row": (rng.standard_normal((1, channels, 1, 1)) * 0.05).astype(np.float32),
+    }
+    node = onnx.helper.make_node
+    nodes = [
+        node("DequantizeLinear", ["w_int8", "scale", "zero"], ["w1"]), node("Conv", ["x", "w1"], ["y1"], pads=[1] * 4),
+        node("Cast", ["w_fp16"], ["w2"], to=onnx.TensorProto.FLOAT), node("Conv", ["y1", "w2"], ["y2"], pads=[1] * 4),
+        node("Transpose", ["w_hwio"], ["w3"], perm=[3, 2, 0, 1]), node("Conv", ["y2", "w3"], ["y3"], pads=[1] * 4),
+        node("CumSum", ["steps", "axis"], ["w4"]), node("Conv", ["y3", "w4"], ["y4"], pads=[1] * 4),
+        node("Split", ["pair"], ["wa", "wb"], axis=0), node("Conv", ["y4", "wa"], ["ya"]),
+        node("Conv", ["y4", "wb"], ["yb"]), node("Add", ["ya", "yb"], ["y5"]),
+        node("Range", ["start", "limit", "delta"], ["ramp"]), node("Reshape", ["ramp", "square"], ["ramp4"]),
+        node("Mul", ["ramp4", "tiny"], ["w6"]), node("Conv", ["y5", "w6"], ["y6"]),
+        node("ConstantOfShape", ["square"], ["filled"], value=onnx.numpy_helper.from_array(np.array([0.01], np.float32))),
+        node("Expand", ["row", "square"], ["rows"]), node("Add", ["filled", "rows"], ["w7"]),
+        node("Conv", ["y6", "w7"], ["out"]),
+    ]
+    graph = onnx.helper.make_graph(
+        nodes, "computed_weights", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 20, 20])],
+        [onnx.helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, [1, channels, 20, 20])],
+        [onnx.numpy_helper.from_array(value, name) for name, value in inits.items()])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)], ir_version=8)
+    return canonicalize(model, {"x": InputSpec((1, 3, 20, 20))}).model
+
+
+def test_fold_constant_turns_every_computed_weight_into_one_packed_constant(llvm):
+    model = _weights_built_by_constant_subgraphs()
+    mod = import_to_relax(model)
+    folded, records = run_pipeline(mod, expand(parse_text("default"), "llvm"), llvm, stats=False)
+    first = records[0]
+    assert first.name == "fold_constant"
+    # the evaluator took what TVM's FoldConstant leaves: the CumSum weight (the Split's pieces were read through
+    # their tuple by CanonicalizeBindings)
+    assert [entry.split(" ")[1] for entry in first.analysis["constants_evaluated"]] == ["(cumsum)"]
+    assert first.analysis["constants_unfolded"] == []
+    assert not {"relax.cumsum", "relax.split", "relax.dequantize", "relax.astype", "relax.arange",
+                "relax.full", "relax.broadcast_to"} & set(first.ops_after)
+    packing = next(record for record in records if record.name == "pack_conv2d")
+    assert packing.analysis["conv2d_packed"] == 8 and packing.analysis["conv2d_kept"] == []
+    inputs = {"x": np.random.default_rng(1).uniform(-1, 1, (1, 3, 20, 20)).astype(np.float32)}
+    reference = ort_runner("ort_none", model, inputs).infer()[0]
+    out = tvm_runner("t", build_lowered(folded, llvm), inputs, llvm).infer()[0]
+    np.testing.assert_allclose(out, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_fold_constant_records_a_constant_subgraph_the_host_cannot_evaluate(llvm):
+    """A kernel already bound to GPU threads (fold_constant placed after a CUDA schedule) does not build for the CPU:
+    it stays computed and the record says which binding, its ops and why."""
+
+    @tvm.script.ir_module
+    class Module:
+        @T.prim_func
+        def double(a: T.Buffer((64,), "float32"), b: T.Buffer((64,), "float32")):
+            for i in T.thread_binding(64, thread="threadIdx.x"):
+                b[i] = a[i] * T.float32(2)
+
+        @R.function
+        def main(x: R.Tensor((64,), "float32")) -> R.Tensor((64,), "float32"):
+            cls = Module
+            with R.dataflow():
+                weight = R.call_tir(cls.double, (R.const(np.ones(64, "float32")),), R.Tensor((64,), "float32"))
+                ramp = R.cumsum(R.const(np.ones(64, "float32")), axis=0)
+                y = R.add(R.add(x, weight), ramp)
+                R.output(y)
+            return y
+
+    folded, (record,) = run_pipeline(Module, parse_text("fold_constant"), llvm, stats=False)
+    assert [entry.split(" ")[1] for entry in record.analysis["constants_evaluated"]] == ["(cumsum)"]
+    (why,) = record.analysis["constants_unfolded"]
+    assert why.startswith("weight (call_tir): ") and len(why) > len("weight (call_tir): ")
+    assert record.ops_after == {"relax.add": 2, "relax.call_tir": 1}

@@ -6,6 +6,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from workbench.passes.constant_eval import evaluate_constant_subgraphs
 from workbench.passes.registry import register
 
 # Elementwise ops FoldBatchnormToConv2D leaves on constants (scale = gamma / sqrt(var + eps), ...).
@@ -60,8 +61,12 @@ def _numpy_fold(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRMod
 
 @register("fold_constant", "folding")
 def fold_constant(_params) -> tvm.transform.Pass:
-    """Evaluate every expression whose inputs are all constants (TVM's FoldConstant)."""
-    return relax.transform.FoldConstant()
+    """Evaluate every expression whose inputs are all constants, whatever its ops (TVM's FoldConstant, then the rest)."""
+    # CanonicalizeBindings reads a folded tuple's items (a constant Split's pieces) as the constants they are
+    return tvm.transform.Sequential(
+        [relax.transform.FoldConstant(), relax.transform.CanonicalizeBindings(), evaluate_constant_subgraphs],
+        name="fold_constant",
+    )
 
 
 @register("fold_batchnorm", "folding")
