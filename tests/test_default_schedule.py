@@ -117,26 +117,36 @@ def test_untuned_build_schedules_every_kernel_but_relax_convs(zoo_relax, llvm):
     np.testing.assert_allclose(run_built(optimized, llvm, data), reference, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("shape, perm", [((1, 96, 20, 20), [0, 2, 3, 1]), ((1, 20, 20, 96), [0, 3, 1, 2]),
-                                         ((1, 21, 35, 27), [0, 2, 3, 1])])
-def test_a_transpose_runs_in_square_tiles(avx512, shape, perm):
-    """NCHW to NHWC and back: the loop along the input's last dimension and the output's innermost are split into
-    tiles of up to 16 (fp32 lanes of a zmm), the two tile loops innermost, the output's vectorized; element by
-    element one side strides a whole row apart on every step."""
-    mod = module(shape, lambda x: relax.op.permute_dims(x, perm))
+def tile(extent: int) -> int:
+    """A transpose tile side: the largest divisor of `extent` up to 16 where it is more than 8, else 16 (a partial
+    last tile) unless the extent is shorter."""
+    divisor = max(f for f in range(1, 17) if extent % f == 0)
+    return divisor if 2 * divisor > 16 or extent < 16 else 16
+
+
+@pytest.mark.parametrize("shape, perm, pad", [((1, 96, 20, 20), [0, 2, 3, 1], 0), ((1, 20, 20, 96), [0, 3, 1, 2], 0),
+                                              ((1, 21, 35, 27), [0, 2, 3, 1], 0), ((1, 96, 80, 80), [0, 2, 3, 1], 1)])
+def test_a_transpose_runs_in_square_tiles(avx512, shape, perm, pad):
+    """NCHW to NHWC and back (`pad`: with a depthwise conv's pad fused after it, which reads `x[.., w - 1]`): the loop
+    along the input's last dimension and the output's innermost are split into tiles of about 16 (fp32 lanes of a
+    zmm), the two tile loops innermost, the output's vectorized; element by element one side strides a whole row
+    apart on every step."""
+    spatial = [0, 0, pad, pad, pad, pad, 0, 0]
+    mod = module(shape, lambda x: relax.op.nn.pad(relax.op.permute_dims(x, perm), spatial) if pad
+                 else relax.op.permute_dims(x, perm))
     (func,) = kernels(mod, avx512)
     sch = loop_schedule(func, avx512)
     (block,) = sch.get_child_blocks(sch.get_sblock("root"))
     loops = [sch.get(loop) for loop in sch.get_loops(block)]
-    out_shape = [shape[i] for i in perm]
+    out_shape = [shape[i] + 2 * pad * (0 < axis < 3) for axis, i in enumerate(perm)]
     source = perm.index(len(shape) - 1)  # the output axis that walks the input's last dimension
     assert tvm.tirx.ForKind(int(loops[0].kind)) == tvm.tirx.ForKind.PARALLEL
-    assert [int(loop.extent) for loop in loops[-2:]] == [max(f for f in range(1, 17) if shape[-1] % f == 0),
-                                                         max(f for f in range(1, 17) if out_shape[-1] % f == 0)]
+    assert [int(loop.extent) for loop in loops[-2:]] == [tile(out_shape[source]), tile(out_shape[-1])]
     assert tvm.tirx.ForKind(int(loops[-1].kind)) == tvm.tirx.ForKind.VECTORIZED or int(loops[-1].extent) == 1
     assert source != len(shape) - 1
     replayed = tvm.s_tir.Schedule(tvm.IRModule({"main": func}))
     sch.trace.apply_to_schedule(replayed, remove_postproc=False)
     tvm.ir.assert_structural_equal(replayed.mod, sch.mod)
     data = np.random.default_rng(2).normal(size=shape).astype("float32")
-    np.testing.assert_array_equal(run_built(mod, avx512, data), data.transpose(perm))
+    expected = np.pad(data.transpose(perm), [(0, 0), (pad, pad), (pad, pad), (0, 0)])
+    np.testing.assert_array_equal(run_built(mod, avx512, data), expected)

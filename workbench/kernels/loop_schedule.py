@@ -69,30 +69,50 @@ def iterations(sch: Schedule, loops: list) -> int:
     return total
 
 
+def _index_var(index: tvm.tirx.PrimExpr) -> tvm.tirx.Var | None:
+    """The var of an index that is one var, or one var shifted by a constant (a pad's `w - 1`)."""
+    if isinstance(index, tvm.tirx.Var):
+        return index
+    if isinstance(index, (tvm.tirx.Add, tvm.tirx.Sub)) and isinstance(index.a, tvm.tirx.Var) \
+            and isinstance(index.b, tvm.tirx.IntImm):
+        return index.a
+    return None
+
+
 def _transposed(sch: Schedule, info: SBlockInfo) -> int | None:
     """The loop (its position) whose var indexes the last dimension of the block's one read, where that is not the
-    innermost loop's var (a transpose: NCHW to NHWC and back); None for any other block."""
+    innermost loop's var (a transpose: NCHW to NHWC and back, a pad fused after it included); None for any other
+    block."""
     block = sch.get(info.block_rv)
     if len(block.reads) != 1 or len(info.iters) < 2:
         return None
     last = block.reads[0].region[-1]
-    if not isinstance(last.min, tvm.tirx.Var) or (isinstance(last.extent, tvm.tirx.IntImm) and int(last.extent) != 1):
+    var = _index_var(last.min)
+    if var is None or (isinstance(last.extent, tvm.tirx.IntImm) and int(last.extent) != 1):
         return None
-    found = [i for i, it in enumerate(info.iters) if it.var.same_as(last.min)]
+    found = [i for i, it in enumerate(info.iters) if it.var.same_as(var)]
     return found[0] if found and found[0] != len(info.iters) - 1 else None
+
+
+def _tile(sch: Schedule, loop, lanes: int) -> int:
+    """A transpose tile side along `loop`: its largest divisor up to `lanes` where that is more than half of them,
+    else `lanes` with a partial last tile (a padded 82 would otherwise tile by 2; loop partitioning splits the
+    tail off)."""
+    extent = _extent(sch, loop) or 1
+    exact = largest_divisor(extent, lanes)
+    return exact if 2 * exact > lanes or extent < lanes else lanes
 
 
 def _schedule_transpose(sch: Schedule, info: SBlockInfo, source: int, lanes: int) -> None:
     """A transpose in square tiles: the loop along the read's last dimension and the innermost (the write's) both
-    split by up to a vector's lanes, the two tile loops innermost; each tile reads whole cache lines of its input
+    split by about a vector's lanes, the two tile loops innermost; each tile reads whole cache lines of its input
     and writes whole vectors of its output, where element by element one side strides a row apart each step."""
     loops = sch.get_loops(info.block_rv)
     work = iterations(sch, loops)
     inner, across = loops[-1], loops[source]
-    inner_tile = largest_divisor(_extent(sch, inner) or 1, lanes)
-    across_tile = largest_divisor(_extent(sch, across) or 1, lanes)
+    inner_tile = _tile(sch, inner, lanes)
     inner_outer, inner_in = sch.split(inner, [None, inner_tile])
-    across_outer, across_in = sch.split(across, [None, across_tile])
+    across_outer, across_in = sch.split(across, [None, _tile(sch, across, lanes)])
     outer = [loop for i, loop in enumerate(loops[:-1]) if i != source]
     sch.reorder(*outer, across_outer, inner_outer, across_in, inner_in)
     parallel_loops(sch, [*outer, across_outer], work)

@@ -14,6 +14,7 @@ vpmaddubsw result and the ones): 8 pixels would take all 16 ymm registers as sum
 from __future__ import annotations
 
 import logging
+import math
 
 import tvm
 from tvm.s_tir import Schedule, ScheduleError
@@ -48,6 +49,20 @@ def pixel_step(width: int, pixels: int, cut_short: bool = True) -> int:
     return divisor if not cut_short or divisor == width or 2 * divisor >= pixels else pixels
 
 
+def _vectorize_epilogue(sch: Schedule, block, loop) -> None:
+    """Vectorize the epilogue's channel loop. Where the output has fewer channels than the padded blocks (24 of 32),
+    the last block's lanes past them are cut by a predicate, and under a predicate LLVM computes a vector
+    expression lane by lane: a SiLU epilogue took 2.3 of a 12->24 conv's 3.7 ms at 208x208. In vectors of
+    gcd(channels, 16) lanes the predicate holds or fails for a whole vector and the expression stays vectorized
+    (3.7 -> 1.8 ms)."""
+    channels = int(sch.get(block).writes[0].source.shape[-1])
+    width = math.gcd(channels, LANES)
+    if channels % LANES and int(sch.get(loop).extent) > width:
+        pieces, loop = sch.split(loop, [None, width])
+        sch.unroll(pieces)
+    sch.vectorize(loop)
+
+
 def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) -> None:
     """Apply the fixed schedule to the packed conv (and its fused epilogue) in `sch`'s main function. With fewer
     vector `lanes` than the block's 16 channels (AVX2), the channels are split into vectors of `lanes` explicitly:
@@ -80,7 +95,7 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
         outer = next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(col_outer)))
         inner = loops[outer + 1:]
         if inner:  # none where it writes one value per step (1 output channel, 1 pixel): col_outer holds vectors
-            sch.vectorize(inner[-1])
+            _vectorize_epilogue(sch, epilogue[-1], inner[-1])
     init = sch.decompose_reduction(conv, kh)
     sch.vectorize(sch.get_loops(init)[-1])
     sch.unroll(col_inner)
