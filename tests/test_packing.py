@@ -104,14 +104,17 @@ def test_tuning_a_packed_kernel_measures_the_fixed_schedule_first(zoo_relax, llv
 
 
 @pytest.mark.parametrize("shape, out_channels, kernel, unrolled", [
-    ((1, 15, 15, 64), 64, (3, 3), "T.unroll(T.int64(8))"),  # 13 pixels a row: 8 a step, the last step cut short
+    ((1, 19, 19, 64), 64, (3, 3), "T.unroll(T.int64(8))"),  # 17 pixels a row (prime): 8 a step, the last cut short
+    ((1, 26, 26, 64), 32, (1, 1), "T.unroll(T.int64(13))"),  # 26: 13 a step, no predicate
+    ((1, 38, 38, 64), 32, (1, 1), "T.unroll(T.int64(2))"),  # 38 = 2 x 19: 2 a step (no cut), two channel blocks
     ((1, 1, 512, 64), 32, (1, 5), "T.unroll(T.int64(2))"),  # 508 pixels: 4 a step (no cut), two channel blocks
 ])
 def test_short_pixel_steps_are_avoided(shape, out_channels, kernel, unrolled):
-    """The fixed schedule keeps 8 sums (AVX-512) in flight where the row's width has no divisor near 8: a prime
-    width takes 8 pixels a step with the last one cut short, a width whose divisor is 4 takes two channel blocks;
-    a conv with no epilogue accumulates in a buffer of its own (in the output parameter LLVM kept the sums in
-    memory: Magika's conv 3x slower); the results stay numpy's."""
+    """The fixed schedule keeps 8 to 14 sums (AVX-512) in flight without a predicate where the row's width has a
+    divisor there (a cut-short step over several full ones ran a 1x1 conv at a quarter of the speed); otherwise a
+    width with a small divisor takes two channel blocks a step, and only a prime width takes 8 pixels a step with
+    the last one cut short. A conv with no epilogue accumulates in a buffer of its own (in the output parameter LLVM
+    kept the sums in memory: Magika's conv 3x slower); the results stay numpy's."""
     from tvm import relax
 
     from workbench.kernels.packed_conv import emit_conv2d

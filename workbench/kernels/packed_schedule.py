@@ -1,7 +1,7 @@
 """The schedule an untuned packed conv kernel (kernels/packed_conv.py) gets in a CPU build.
 
-A row of up to 8 output pixels (6 without AVX-512) x 16 output channels accumulates while each weight block is
-loaded once: for int8 on a VNNI CPU one `vpdpbusd` per pixel and 4 input channels, on an AVX2 CPU two
+A row of 8 to 14 output pixels (6 without AVX-512; `pixel_step`) x 16 output channels accumulates while each weight
+block is loaded once: for int8 on a VNNI CPU one `vpdpbusd` per pixel and 4 input channels, on an AVX2 CPU two
 `vpmaddubsw` + `vpmaddwd` pairs (tensorized with the kind's intrinsic, kernels/x86_int8.py), for fp32 one
 16-lane FMA per pixel and input channel (two explicit 8-lane vectors without AVX-512). Rows x channel blocks
 run in parallel, and the fused epilogue (scale, bias, activation, requantization) is computed per 8 pixels,
@@ -24,6 +24,7 @@ from workbench.kernels.loop_schedule import largest_divisor
 from workbench.kernels.packed_conv import AVX2_U8S8, DEPTHWISE_FP32, FP32, KERNEL_MARK, LANES, VNNI_U8S8, PackedKind
 
 log = logging.getLogger("workbench.build")
+WIDEST_STEP = 14  # fp32 pixels a step at most with AVX-512: 14 sums + the weight vector + the broadcast of 32 zmm
 
 
 def vector_lanes(target: tvm.target.Target) -> int:
@@ -38,15 +39,22 @@ def pixels_per_step(target: tvm.target.Target) -> int:
     return 8 if vector_lanes(target) == 16 else 6
 
 
-def pixel_step(width: int, pixels: int, cut_short: bool = True) -> int:
-    """Output pixels per step: the largest divisor of the row's width up to `pixels`, or `pixels` with the last
-    step cut short (a predicate) where that divisor is under half of it: a prime width (YOLO's 13x13 head, a
-    Conv1d's 131) ran one pixel a step, one accumulator and an FMA latency per input channel. The predicate costs
-    too, so a divisor of at least half the step is taken without one (Magika's 508-wide row: 4 pixels, no
-    predicate). An integer kind never cuts short (`cut_short`): its dot-product intrinsic does not
-    tensorize under a predicate."""
+def pixel_step(width: int, pixels: int, widest: int, cut_short: bool = True) -> int:
+    """Output pixels per step, from the row's width:
+    - its largest divisor from `pixels` up to `widest` (as many sums as the registers hold beside the weight vector
+      and the broadcast: 14 zmm of AVX-512's 32 for fp32): a width of 26 takes 13, no predicate;
+    - else its largest divisor up to `pixels` where that is more than 1 (two channel blocks a step where it is
+      short, see `_schedule`): 38 takes 2;
+    - else (a prime width: YOLO's 13x13 head, a Conv1d's 131) `pixels` with the last step cut short by a predicate
+      (one pixel a step would leave one accumulator and an FMA latency per input channel). An integer kind never
+      cuts short (`cut_short`): its dot-product intrinsic does not tensorize under a predicate.
+    A cut-short step over several full ones ran a 1x1 conv at a quarter of the speed (widths 26, 34, 58: 58 GFLOP/s
+    against 230 with 13 or 2 a step, kernels timed alone on znver4), so a divisor is taken wherever there is one."""
+    roomy = [f for f in range(pixels, widest + 1) if width % f == 0]
+    if roomy:
+        return max(roomy)
     divisor = largest_divisor(width, pixels)
-    return divisor if not cut_short or divisor == width or 2 * divisor >= pixels else pixels
+    return divisor if not cut_short or divisor > 1 or width == 1 else pixels
 
 
 def _vectorize_epilogue(sch: Schedule, block, loop) -> None:
@@ -73,7 +81,8 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
     # across the reduction: a write-back block gives them a buffer of their own, kept in registers
     epilogue = blocks[blocks.index(conv) + 1:] or [sch.cache_write(conv, 0, "global")]
     batch, row, col, channel_block, channel, kh, kw, *in_blocks = sch.get_loops(conv)  # depthwise: no in_blocks
-    step = pixel_step(int(sch.get(col).extent), pixels, cut_short=kind.dot is None)
+    widest = WIDEST_STEP if kind.dot is None and lanes == LANES else pixels  # an integer kind's sums fill the rest
+    step = pixel_step(int(sch.get(col).extent), pixels, widest, cut_short=kind.dot is None)
     col_outer, col_inner = sch.split(col, [None, step])
     pair = []  # two channel blocks a step where a short row leaves too few sums to hide the FMA latency
     if kind == FP32 and lanes == LANES and 2 * step <= pixels and int(sch.get(channel_block).extent) % 2 == 0:
