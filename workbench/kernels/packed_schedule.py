@@ -43,8 +43,8 @@ def pixel_step(width: int, pixels: int, widest: int, cut_short: bool = True) -> 
     """Output pixels per step, from the row's width:
     - its largest divisor from `pixels` up to `widest` (as many sums as the registers hold beside the weight vector
       and the broadcast: 14 zmm of AVX-512's 32 for fp32): a width of 26 takes 13, no predicate;
-    - else its largest divisor up to `pixels` where that is more than 1 (two channel blocks a step where it is
-      short, see `_schedule`): 38 takes 2;
+    - else its largest divisor up to `pixels` where that is more than 1 (with as many channel blocks a step as fill
+      `widest` sums where it is short, see `_schedule`): 38 takes 2;
     - else (a prime width: YOLO's 13x13 head, a Conv1d's 131) `pixels` with the last step cut short by a predicate
       (one pixel a step would leave one accumulator and an FMA latency per input channel). An integer kind never
       cuts short (`cut_short`): its dot-product intrinsic does not tensorize under a predicate.
@@ -84,17 +84,21 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
     widest = WIDEST_STEP if kind.dot is None and lanes == LANES else pixels  # an integer kind's sums fill the rest
     step = pixel_step(int(sch.get(col).extent), pixels, widest, cut_short=kind.dot is None)
     col_outer, col_inner = sch.split(col, [None, step])
-    pair = []  # two channel blocks a step where a short row leaves too few sums to hide the FMA latency
-    if kind == FP32 and lanes == LANES and 2 * step <= pixels and int(sch.get(channel_block).extent) % 2 == 0:
-        channel_block, block_pair = sch.split(channel_block, [None, 2])
-        pair = [block_pair]
+    grouped = []  # several channel blocks a step where a short row leaves too few sums to hide the FMA latency
+    if kind == FP32 and lanes == LANES and 2 * step <= pixels:
+        blocks = largest_divisor(int(sch.get(channel_block).extent), widest // step)
+        if blocks > 1:
+            channel_block, block_group = sch.split(channel_block, [None, blocks])
+            grouped = [block_group]
     if kind.dot is None and lanes < LANES:  # an integer kind's intrinsic takes all 16 channels at once
         vectors, channel = sch.split(channel, [None, lanes])
         sch.reorder(batch, row, channel_block, col_outer, kh, kw, *in_blocks, col_inner, vectors, channel)
         sch.vectorize(channel)  # before decompose_reduction: only a whole reduction block may be vectorized
         sch.unroll(vectors)
     else:
-        sch.reorder(batch, row, channel_block, col_outer, kh, kw, *in_blocks[:1], *pair, col_inner, channel)
+        sch.reorder(batch, row, channel_block, col_outer, kh, kw, *in_blocks[:1], *grouped, col_inner, channel)
+        if kind.dot is None:  # left to LLVM, three channel blocks a step ran scalar (10 GFLOP/s)
+            sch.vectorize(channel)
     sch.parallel(sch.fuse(batch, row, channel_block))
     for block in epilogue[:-1]:  # elementwise: scale, bias, activation, requantization
         sch.compute_inline(block)
@@ -108,7 +112,7 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
     init = sch.decompose_reduction(conv, kh)
     sch.vectorize(sch.get_loops(init)[-1])
     sch.unroll(col_inner)
-    for loop in pair:
+    for loop in grouped:
         sch.unroll(loop)
     if kind.dot is not None:
         sch.tensorize(channel, kind.dot)
