@@ -15,13 +15,16 @@ def _corpus_options(args: argparse.Namespace):
 
     baselines = tuple(label for label in args.baselines.split(",") if label)
     return CorpusOptions(only=args.only, pipeline=args.pipeline, baselines=baselines, repeat=args.repeat,
-                         rounds=args.rounds, out=args.out, corpus=args.corpus or CorpusOptions.corpus)
+                         rounds=args.rounds, out=args.out, corpus=args.corpus or CorpusOptions.corpus,
+                         load=getattr(args, "load", 0))
 
 
 def cmd_corpus(args: argparse.Namespace) -> int:
     from workbench.bench.corpus import run_corpus
+    from workbench.bench.load import busy_processes
 
-    run_corpus(_corpus_options(args))
+    with busy_processes(args.load):
+        run_corpus(_corpus_options(args))
     return 0
 
 
@@ -34,9 +37,11 @@ def cmd_parity(args: argparse.Namespace) -> int:
 
 
 def cmd_ops(args: argparse.Namespace) -> int:
+    from workbench.bench.load import busy_processes
     from workbench.bench.ops import run_ops
 
-    run_ops(args.only, args.repeat, args.rounds, args.out)
+    with busy_processes(args.load):
+        run_ops(args.only, args.repeat, args.rounds, args.out, load=args.load)
     return 0
 
 
@@ -93,6 +98,9 @@ def add_parser(verbs) -> argparse.ArgumentParser:
                                                        "compared with ONNX Runtime: conformance.md/.csv")
     conformance.add_argument("--only", nargs="+", metavar="OP", help="these ops only (default: every op)")
     conformance.set_defaults(handler=cmd_conformance)
+    for sub in (corpus, ops):
+        sub.add_argument("--load", type=int, default=0, metavar="N",
+                         help="time beside N processes that each keep a core busy (the page's name ends in _loadN)")
     for sub in (corpus, parity, ops, conformance):
         sub.add_argument("--out", type=Path, default=RESULTS, help=f"folder for the page (default {RESULTS})")
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")

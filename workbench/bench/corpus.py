@@ -22,7 +22,7 @@ from workbench.config.pipeline_spec import to_text
 from workbench.errors import UserError
 from workbench.models.corpus import CORPUS_FILE, CorpusEntry, load_corpus
 from workbench.record.corpus_table import Row, Setting, write
-from workbench.record.results_page import cpu_name, versions
+from workbench.record.results_page import cpu_name, load_suffix, versions
 from workbench.runtime.threads import target_threads
 from workbench.stages.side_by_side import bench
 
@@ -38,6 +38,7 @@ class CorpusOptions:
     rounds: int = 3
     out: Path = RESULTS
     corpus: Path = CORPUS_FILE
+    load: int = 0  # processes spinning beside (`--load`): the page says so and its name ends in _load<N>
     log: Callable[[str], None] = field(default=flushed, compare=False)
 
     def __post_init__(self) -> None:
@@ -80,7 +81,8 @@ def run_corpus(options: CorpusOptions) -> list[Path]:
     setting = Setting(date=datetime.now().strftime("%Y-%m-%d %H:%M"), cpu=cpu_name(), target=target_key(target),
                       threads=target_threads(target), pipeline=options.pipeline,
                       passes=to_text(experiments[0].pipeline), baselines=tuple(options.baselines),
-                      repeat=options.repeat, rounds=options.rounds, versions=versions())
-    written = write(rows, {entry.name: entry for entry in entries}, setting, options.out, f"corpus_{host_cpu()}")
+                      repeat=options.repeat, rounds=options.rounds, versions=versions(), load=options.load)
+    written = write(rows, {entry.name: entry for entry in entries}, setting, options.out,
+                    f"corpus_{host_cpu()}{load_suffix(options.load)}")
     options.log("wrote " + ", ".join(str(path) for path in written))
     return written

@@ -32,7 +32,7 @@ from workbench.config import Experiment, TargetConfig, validate
 from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import UserError
 from workbench.models.summary import frozen, op_histogram
-from workbench.record.results_page import Machine, write_results_page
+from workbench.record.results_page import Machine, load_line, load_suffix, write_results_page
 from workbench.record.rows import number_text
 from workbench.runtime.threads import target_threads
 from workbench.stages.side_by_side import bench
@@ -138,8 +138,9 @@ def _cells(flops: int, moved: int, ms: float | None, peak: float | None) -> list
 
 
 def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, out: Path = RESULTS,
-            log: Callable[[str], None] = flushed) -> Path:
-    """Every op case (or those named in `only`) beside ONNX Runtime and OpenVINO; return the page written."""
+            log: Callable[[str], None] = flushed, load: int = 0) -> Path:
+    """Every op case (or those named in `only`) beside ONNX Runtime and OpenVINO, timed beside `load` busy processes
+    (the caller starts them: bench/load.py); return the page written."""
     unknown = sorted(set(only or []) - {case.name for case in CASES})
     if unknown:
         raise UserError(f"--only: {', '.join(unknown)} unknown; choose from {', '.join(c.name for c in CASES)}")
@@ -166,6 +167,7 @@ def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, ou
     protocol = ("- each op alone as a one-node ONNX model; workbench: pipeline `default`, untuned (default schedules); "
                 "ort_all: ONNX Runtime with every graph optimization; openvino: its CPU plugin at f32\n"
                 f"- timing: median of {rounds} interleaved rounds of {repeat} runs per label, in one process\n"
+                f"{load_line(load)}"
                 "- *fastest peer*: the faster of ort_all and openvino; its GFLOP/s and GB/s beside the workbench's; "
                 "GB/s counts the input, weights and output once (a weight-bound op's yardstick: memory bandwidth)")
     if peak:
@@ -174,6 +176,7 @@ def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, ou
     header = ("op", "seen in", "input", "workbench ms", *(f"{label} ms" for label in PEERS),
               "fastest peer/workbench", "workbench GFLOP/s", "% of peak", "workbench GB/s", "peer GFLOP/s",
               "peer % of peak", "peer GB/s", "status")
-    path = write_results_page(out, f"ops_{host_cpu()}", "Op classes, untuned", machine, protocol, header, rows)
+    path = write_results_page(out, f"ops_{host_cpu()}{load_suffix(load)}", "Op classes, untuned", machine, protocol,
+                              header, rows)
     log(f"wrote {path}")
     return path

@@ -23,7 +23,8 @@ from workbench.compile.build import Built
 from workbench.compile.targets import device_for
 from workbench.errors import BaselineUnavailable
 from workbench.measure.timing import Timing, sample_call, summarize
-from workbench.runtime.threads import cpu_threads
+from workbench.runtime.cpu_load import ThreadGovernor
+from workbench.runtime.threads import cpu_threads, target_threads
 
 
 @dataclass
@@ -67,7 +68,8 @@ def tvm_runner(label: str, built: Built, inputs: dict[str, np.ndarray], target: 
 
     With `library` (the build's exported .so) the VM loads it instead of JIT-compiling the executable,
     which would emit the machine code a second time. With an RPC
-    `session`, the library is uploaded and run on the remote device."""
+    `session`, the library is uploaded and run on the remote device. On this machine's CPU each call runs on the
+    thread count the ThreadGovernor chose for the load other processes put on the machine (runtime/cpu_load.py)."""
     device = device_for(target, session)
     if session is not None:
         session.upload(str(library))
@@ -83,8 +85,12 @@ def tvm_runner(label: str, built: Built, inputs: dict[str, np.ndarray], target: 
         device.sync()
         return np.asarray(vm.time_evaluator("main", device, number=1, repeat=repeat)(*tensors).results) * 1e3
 
-    return Runner(label, lambda: vm["main"](*tensors), _flatten_tvm, built.kernels, sync=device.sync,
-                  sampler=remote_samples if session is not None else None)
+    if session is not None or target.kind.name != "llvm":
+        return Runner(label, lambda: vm["main"](*tensors), _flatten_tvm, built.kernels, sync=device.sync,
+                      sampler=remote_samples if session is not None else None)
+    governor = ThreadGovernor(target_threads(target))
+    return Runner(label, lambda: governor.run(lambda: vm["main"](*tensors)), _flatten_tvm, built.kernels,
+                  sync=device.sync)
 
 
 ORT_LEVELS = {

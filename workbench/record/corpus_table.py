@@ -23,6 +23,7 @@ from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.models.corpus import CorpusEntry
 from workbench.record.charts import save_png
 from workbench.record.markdown import markdown_table
+from workbench.record.results_page import load_line
 from workbench.record.rows import number_text
 
 
@@ -68,6 +69,7 @@ class Setting:
     repeat: int
     rounds: int
     versions: dict[str, str] = field(default_factory=dict)
+    load: int = 0  # processes spinning beside (`--load`)
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,7 @@ def markdown_text(rows: list[Row], entries: dict[str, CorpusEntry], setting: Set
         f"- compared with: {', '.join(setting.baselines) or 'nothing'}; ratios are their median / the workbench "
         f"median (> 1: the workbench is faster)\n"
         f"- timing: median of {setting.rounds} interleaved rounds of {setting.repeat} runs per label, in one process\n"
+        f"{load_line(setting.load)}"
         f"- accuracy: the workbench vs ONNX Runtime without graph optimizations (ort_none), numpy's allclose rule "
         f"with each model's rtol/atol (workbench/models/corpus.yaml); inputs are seeded random values\n"
         f"- versions: {versions}",

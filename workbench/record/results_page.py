@@ -41,6 +41,17 @@ def versions() -> dict[str, str]:
     return found
 
 
+def load_suffix(load: int) -> str:
+    """The end of a page's file name when it was timed beside `load` busy processes ("" when quiet)."""
+    return f"_load{load}" if load else ""
+
+
+def load_line(load: int) -> str:
+    """A page's protocol line about processes spinning beside the benchmark ("" when quiet)."""
+    return (f"- load: {load} process{'es' if load > 1 else ''} spinning beside the benchmark (`--load {load}`), "
+            "each keeping a core busy: every runtime shares the machine with them\n") if load else ""
+
+
 @dataclass(frozen=True)
 class Machine:
     """Where a benchmark ran."""

@@ -1,0 +1,114 @@
+"""The thread governor (runtime/cpu_load.py): with a real process spinning beside it, TVM's pool runs on the cores
+left free, and on all of them again once the machine is quiet. The check runs in a fresh process (the pool belongs
+to the process)."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+
+CORES = psutil.cpu_count(logical=False) or 1
+
+GOVERN = """
+    import json, multiprocessing, time
+    import numpy as np, tvm
+    from tvm import relax
+    from workbench.compile.build import build_lowered
+    from workbench.measure.runners import tvm_runner
+    from workbench.runtime.cpu_load import INTERVAL_S
+    from workbench.runtime.threads import use_tvm_threads
+
+    def spin():
+        while True:
+            pass
+
+    def settle(runner, seconds=3.0):
+        # the pool sizes seen over `seconds` of inferences (each lets the governor look at the load first), and the last
+        seen = []
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            time.sleep(INTERVAL_S / 8)
+            np.testing.assert_array_equal(runner.infer()[0], 2 * data)
+            seen.append(int(tvm.get_global_func("runtime.NumThreads")()))
+        return sorted(set(seen)), seen[-1]
+
+    if __name__ == "__main__":
+        use_tvm_threads({cores})
+        target = tvm.target.Target({{"kind": "llvm", "num-cores": {cores}}})
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType([64, 64], "float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                out = bb.emit_output(relax.op.add(x, x))
+            bb.emit_func_output(out)
+        data = np.random.default_rng(0).normal(size=(64, 64)).astype("float32")
+        runner = tvm_runner("workbench", build_lowered(bb.get(), target), {{"x": data}}, target)
+        quiet = settle(runner, 1.0)
+        busy = multiprocessing.Process(target=spin, daemon=True)
+        busy.start()
+        loaded = settle(runner)
+        busy.terminate()
+        busy.join()
+        again = settle(runner)
+        print(json.dumps({{"quiet": quiet, "loaded": loaded, "again": again}}))
+"""
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core: there is no thread to give up")
+def test_a_runner_tries_the_free_cores_under_load_and_takes_all_back_when_quiet():
+    """A TVM runner's inferences (outputs checked) drive the governor: quiet, every core; with one spinning process
+    it times the free cores against all of them; quiet again, every core."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(GOVERN.format(cores=CORES))], capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["quiet"] == [[CORES], CORES]
+    assert seen["loaded"][0] == [CORES - 1, CORES]
+    assert seen["again"][1] == CORES
+
+
+@pytest.fixture
+def spinning():
+    """One process keeping a core busy for the test's length."""
+    import multiprocessing
+
+    from workbench.bench.load import _spin
+
+    busy = multiprocessing.get_context("spawn").Process(target=_spin, daemon=True)
+    busy.start()
+    yield
+    busy.terminate()
+    busy.join()
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core: there is no thread to give up")
+@pytest.mark.parametrize("faster", ["free cores", "all cores"])
+def test_under_load_the_governor_keeps_the_thread_count_that_measured_faster(spinning, faster):
+    """Under load the choice is measured, not assumed: an inference that runs faster on the free cores keeps them, one
+    that runs faster on all of them (the scheduler gives its bursts both) keeps all. The inference here sleeps for a
+    time set by the pool's size, so the faster count is known."""
+    import time
+
+    import tvm
+
+    from workbench.runtime.cpu_load import ThreadGovernor, set_tvm_threads
+    from workbench.runtime.threads import use_tvm_threads
+
+    if use_tvm_threads(CORES) != CORES:
+        pytest.skip("TVM's pool in this test process was sized before, smaller than the cores")
+
+    def inference():
+        on_all = int(tvm.get_global_func("runtime.NumThreads")()) == CORES
+        time.sleep(0.004 if on_all == (faster == "free cores") else 0.001)
+
+    governor = ThreadGovernor(CORES)
+    try:
+        deadline = time.perf_counter() + 3.0
+        while time.perf_counter() < deadline:
+            governor.run(inference)
+        assert governor.threads == (CORES - 1 if faster == "free cores" else CORES)
+    finally:
+        set_tvm_threads(CORES)
