@@ -27,6 +27,7 @@ from tvm.target.codegen import llvm_get_vector_width
 log = logging.getLogger("workbench.build")
 MIN_PARALLEL_ITERATIONS = 1 << 14  # below it a thread pool launch costs more than it buys
 MAX_WHOLE_VECTOR = 64  # an innermost loop this short, not a multiple of the vector width, is vectorized whole
+MIN_PARTIALS = 4  # fewer independent sums than this do not pay for a reduction's partials buffer
 
 
 def _extent(sch: Schedule, loop) -> int | None:
@@ -145,6 +146,47 @@ def _contiguous_spatial(sch: Schedule, info: SBlockInfo) -> int | None:
         else None
 
 
+def _row_tail(sch: Schedule, info: SBlockInfo) -> int:
+    """How many of the block's last iters are reductions that index its read's last dimensions in order (an NCHW
+    global pool's H and W): the row the reduction walks contiguously."""
+    read = sch.get(info.block_rv).reads[0].region
+    count = 0
+    for it, dim in zip(reversed(info.iters), reversed(read)):
+        if it.kind != "R" or not isinstance(dim.min, tvm.tirx.Var) or not dim.min.same_as(it.var):
+            break
+        count += 1
+    return count
+
+
+def _lane_partials_along_row(sch: Schedule, info: SBlockInfo, spatial: list, reduction: list, lanes: int) -> None:
+    """Where a reduction walks a contiguous row (`_row_tail`), sum it in one partial per vector lane (rfactor,
+    vectorized) instead of one chain that waits for each add: an NCHW global average pool over 20x20 ran 0.083 ms
+    (ONNX Runtime 0.024). The lanes are the row's largest divisor up to a vector, if at least MIN_PARTIALS."""
+    tail = _row_tail(sch, info)
+    if not tail:
+        return
+    row = sch.fuse(*reduction[-tail:]) if tail > 1 else reduction[-1]
+    extent = _extent(sch, row) or 0
+    width = largest_divisor(extent, lanes)
+    if width < MIN_PARTIALS or extent < 2 * width:
+        return
+    lane = sch.split(row, [None, width])[1]
+    partials = sch.rfactor(lane, factor_axis=0)
+    if not spatial:
+        sch.vectorize(sch.get_loops(partials)[-1])
+        return
+    # the partials of a row computed where its sum is, under the same (parallel) spatial loops; there the new loops
+    # follow the partials block's iters, the lane first: the walk along the row goes outside it
+    sch.compute_at(partials, spatial[-1], preserve_unit_loops=True)
+    loops = sch.get_loops(partials)
+    at = next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(spatial[-1])))
+    lane, *rest = loops[at + 1:]
+    along = [loop for loop in rest if _extent(sch, loop) != 1]
+    if along:
+        sch.reorder(along[-1], lane)
+    sch.vectorize(lane)
+
+
 def _schedule_reduction(sch: Schedule, info: SBlockInfo, target: tvm.target.Target) -> None:
     """A one-input reduction: walk its read contiguously (the spatial axis that indexes the read's last
     dimension innermost, vectorized, split in parallel), or else run its spatial loops in parallel."""
@@ -153,11 +195,12 @@ def _schedule_reduction(sch: Schedule, info: SBlockInfo, target: tvm.target.Targ
     spatial = [loop for loop, it in zip(loops, info.iters) if it.kind == "S"]
     reduction = [loop for loop, it in zip(loops, info.iters) if it.kind == "R"]
     inner = _contiguous_spatial(sch, info)
+    lanes = vector_lanes(sch, info.block_rv, target)
     if inner is None:
         sch.reorder(*spatial, *reduction)
+        _lane_partials_along_row(sch, info, spatial, reduction, lanes)
         parallel_loops(sch, spatial, work)
         return
-    lanes = vector_lanes(sch, info.block_rv, target)
     channel = loops[inner]
     outer_spatial = [loop for loop in spatial if not loop.same_as(channel)]
     extent = _extent(sch, channel) or 0
