@@ -20,8 +20,9 @@ from tvm import relax
 from workbench.errors import one_line
 from workbench.passes.figures import report_analysis
 
-# Leaves an op may read and still be evaluated now: constants and compile-time scalars, shapes and strings.
-_IMMEDIATE = (tvm.ir.Constant, tvm.ir.StringImm, relax.ShapeExpr)  # tvm.ir.Constant: tensors and IntImm/FloatImm
+# Leaves an op may read and still be evaluated now: constants and compile-time scalars and strings (and shapes
+# whose dims are numbers, `_leaf`).
+_IMMEDIATE = (tvm.ir.Constant, tvm.ir.StringImm)  # tvm.ir.Constant: tensors and IntImm/FloatImm
 _CALLS_NOT_EVALUATED = frozenset({"relax.call_packed", "relax.call_dps_packed", "relax.call_pure_packed",
                                   "relax.call_builtin_with_ctx", "relax.call_inplace_packed"})
 
@@ -53,7 +54,7 @@ class _ConstantBindings:
         self.mod = mod
         self.prim_funcs = {gvar for gvar, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
         self.constant: dict[relax.Var, relax.Expr] = {}  # var -> its value, in binding order
-        self.read_outside: list[relax.Var] = []
+        self.read_outside: dict[relax.Var, None] = {}  # an ordered set
         for block in func.body.blocks:
             for binding in block.bindings:
                 if isinstance(binding, relax.VarBinding) and self._computable(binding):
@@ -65,6 +66,8 @@ class _ConstantBindings:
     def _leaf(self, expr: relax.Expr) -> bool:
         if isinstance(expr, relax.Tuple):
             return all(self._leaf(field) for field in expr.fields)
+        if isinstance(expr, relax.ShapeExpr):  # a shape is known only where every dim is a number
+            return all(isinstance(dim, tvm.tirx.IntImm) for dim in expr.values)
         return isinstance(expr, _IMMEDIATE) or (isinstance(expr, relax.Var) and expr in self.constant)
 
     def _computable(self, binding: relax.VarBinding) -> bool:
@@ -83,8 +86,8 @@ class _ConstantBindings:
 
     def _note_reads(self, expr: relax.Expr) -> None:
         for var in relax.analysis.free_vars(expr):
-            if var in self.constant and var not in self.read_outside:
-                self.read_outside.append(var)
+            if var in self.constant:
+                self.read_outside[var] = None
 
     def roots(self) -> list[_Root]:
         """Constant bindings read by computed ones, where something is left to compute (not a constant or a tuple of
