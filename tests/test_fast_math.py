@@ -69,3 +69,24 @@ def test_fast_erf_fuses_into_the_transformer_matmul(zoo_relax, llvm):
     assert module_stats(fast, llvm)["kernels"] == module_stats(exact, llvm)["kernels"]
     assert any("erf" in gv.name_hint and "matmul" in gv.name_hint for gv in exact.get_global_vars())
     assert any("fast_erf" in gv.name_hint and "matmul" in gv.name_hint for gv in fast.get_global_vars())
+
+
+def test_powers_by_a_constant_become_multiplies_and_square_roots(llvm):
+    """Pow by 2, 0.5, 0.75 (LRN's beta), -0.5 and -1 is rewritten (LLVM would call powf one lane at a time); an
+    exponent without a form (1.3) and a computed one stay `power`; the outputs match ONNX Runtime's."""
+    exponents = [2.0, 0.5, 0.75, -0.5, -1.0, 1.3]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 256])
+    nodes = [helper.make_node("Pow", ["x", f"e{i}"], [f"p{i}"]) for i in range(len(exponents))]
+    nodes.append(helper.make_node("Pow", ["x", "x"], ["computed"]))
+    inits = [helper.make_tensor(f"e{i}", TensorProto.FLOAT, [], [e]) for i, e in enumerate(exponents)]
+    outputs = [helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, [4, 256]) for node in nodes]
+    model = helper.make_model(helper.make_graph(nodes, "powers", [x], outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 15)])
+    mod = import_to_relax(model)
+    fast = run_fast_math(mod, "fast_math", llvm)
+    assert count_ops(fast).get("relax.power") == 2  # 1.3 and x ** x
+    data = np.linspace(0.05, 4, 4 * 256, dtype="float32").reshape(4, 256)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": data})
+    got = tvm_runner("fast", build_lowered(run_fast_math(mod, "fast_math,fuse", llvm), llvm), {"x": data}, llvm).infer()
+    for name, want, have in zip([*map(str, exponents), "computed"], expected, got, strict=True):
+        np.testing.assert_allclose(have, want, rtol=2e-6, atol=1e-7, err_msg=name)
