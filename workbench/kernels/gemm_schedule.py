@@ -217,7 +217,8 @@ def _schedule(sch: Schedule, shape: GemmShape, target: tvm.target.Target) -> Non
         return
     work = _work(sch, loops)
     row_extent = int(sch.get(loops[shape.row]).extent) if shape.row is not None else 1
-    rows, cols = tile(row_extent, int(sch.get(loops[shape.col]).extent), lanes)
+    col_extent = int(sch.get(loops[shape.col]).extent)
+    rows, cols = tile(row_extent, col_extent, lanes)
     outer = [loops[i] for i in shape.outer]
     row_inner = []
     if shape.row is not None:
@@ -225,7 +226,10 @@ def _schedule(sch: Schedule, shape: GemmShape, target: tvm.target.Target) -> Non
         outer.append(row_outer)
         row_inner = [row_in]
     col_outer, col_inner = sch.split(loops[shape.col], [None, cols])
-    outer.append(col_outer)
+    if rows < row_extent < col_extent:  # B larger than A: each column of tiles reads its part of B once, A stays cached
+        outer.insert(len(outer) - 1, col_outer)
+    else:
+        outer.append(col_outer)
     col_vectors = []
     if cols % lanes == 0 and cols > lanes:
         vectors, col_inner = sch.split(col_inner, [None, lanes])
