@@ -158,6 +158,21 @@ def _row_tail(sch: Schedule, info: SBlockInfo) -> int:
     return count
 
 
+def lane_partials(sch: Schedule, loop, lanes: int, factor_axis: int):
+    """Split a reduction `loop` into lanes and rfactor them (the partials block at `factor_axis` of its buffer, and
+    the lane count), or None where the loop is too short. The lanes are the loop's largest divisor up to `lanes` (no
+    predicate: TVM 0.27's rfactor under compute_at gave wrong sums with a cut-short last step), if at least
+    MIN_PARTIALS: PP-OCRv5's 18385 classes take 5 independent sums instead of one chain."""
+    extent = _extent(sch, loop)
+    if extent is None:
+        return None
+    width = largest_divisor(extent, lanes)
+    if width < MIN_PARTIALS or extent < 2 * width:
+        return None
+    lane = sch.split(loop, [None, width])[1]
+    return sch.rfactor(lane, factor_axis=factor_axis), width
+
+
 def _lane_partials_along_row(sch: Schedule, info: SBlockInfo, spatial: list, reduction: list, lanes: int) -> None:
     """Where a reduction walks a contiguous row (`_row_tail`), sum it in one partial per vector lane (rfactor,
     vectorized) instead of one chain that waits for each add: an NCHW global average pool over 20x20 ran 0.083 ms
@@ -165,13 +180,10 @@ def _lane_partials_along_row(sch: Schedule, info: SBlockInfo, spatial: list, red
     tail = _row_tail(sch, info)
     if not tail:
         return
-    row = sch.fuse(*reduction[-tail:]) if tail > 1 else reduction[-1]
-    extent = _extent(sch, row) or 0
-    width = largest_divisor(extent, lanes)
-    if width < MIN_PARTIALS or extent < 2 * width:
+    split = lane_partials(sch, sch.fuse(*reduction[-tail:]) if tail > 1 else reduction[-1], lanes, 0)
+    if split is None:
         return
-    lane = sch.split(row, [None, width])[1]
-    partials = sch.rfactor(lane, factor_axis=0)
+    partials, _ = split
     if not spatial:
         sch.vectorize(sch.get_loops(partials)[-1])
         return

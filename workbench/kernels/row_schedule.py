@@ -25,14 +25,12 @@ from tvm.s_tir.dlight.analysis.common_analysis import collect_vars_used_in_prim_
 
 from workbench.kernels.loop_schedule import (
     iterations,
-    largest_divisor,
+    lane_partials,
     log_plain_loops,
     parallel_loops,
     vector_lanes,
     vectorize_loop,
 )
-
-MIN_PARTIALS = 4  # fewer independent sums than this do not pay for the partials buffer
 
 
 def _leading_spatial(info: SBlockInfo) -> int:
@@ -67,19 +65,10 @@ def _fits(sch: Schedule, infos: list[SBlockInfo]) -> int | None:
 
 
 def _lane_partials(sch: Schedule, info: SBlockInfo, lanes: int):
-    """Split the reduction's innermost loop into lanes and rfactor them (the partials block, its lane count), or
-    None where the row is too short. The lanes are the largest divisor of the row up to `lanes` (no predicate: TVM
-    0.27's rfactor under compute_at gave wrong sums with a cut-short last step), if at least 4: PP-OCRv5's 18385
-    classes take 5 independent sums instead of one chain."""
+    """The reduction's innermost loop split into lanes and rfactored (`lane_partials`), or None where the row is
+    too short."""
     loops = sch.get_loops(info.block_rv)
-    extent = sch.get(loops[-1]).extent
-    if not isinstance(extent, tvm.tirx.IntImm):
-        return None
-    width = largest_divisor(int(extent), lanes)
-    if width < MIN_PARTIALS or int(extent) < 2 * width:
-        return None
-    _, lane = sch.split(loops[-1], [None, width])
-    return sch.rfactor(lane, factor_axis=len(loops) - 1), width
+    return lane_partials(sch, loops[-1], lanes, len(loops) - 1)
 
 
 def _is_elementwise(sch: Schedule, block) -> bool:

@@ -95,9 +95,9 @@ class _FastMath(PyExprMutator):
         info = op.ty
         if not isinstance(info, relax.TensorType) or str(info.dtype) != "float32":
             return call
-        if name == "relax.power" and "power" in self.ops and _constant_exponent(call) in _POWERS:
+        if name == "relax.power" and "power" in self.ops and (power := _POWERS.get(_constant_exponent(call))):
             self.rewritten[name] = self.rewritten.get(name, 0) + 1
-            return self.builder_.call_te(_POWERS[_constant_exponent(call)], call.args[0], primfunc_name_hint="power")
+            return self.builder_.call_te(power, call.args[0], primfunc_name_hint="power")
         if name not in _FAST or _FAST[name][0] not in self.ops:
             return call
         compute = _FAST[name][1]
