@@ -101,31 +101,26 @@ class _ConstantBindings:
             found.append(_Root(var, tuple(sorted(self._ops_under(var)))))
         return found
 
-    def _ops_under(self, var: relax.Var) -> set[str]:
-        ops: set[str] = set()
-        pending, seen = [var], set()
-        while pending:
-            current = pending.pop()
-            if current in seen or current not in self.constant:
-                continue
-            seen.add(current)
-            value = self.constant[current]
-            if isinstance(value, relax.Call):
-                ops.add(value.op.name.removeprefix("relax."))
-            pending.extend(relax.analysis.free_vars(value))
-        return ops
-
-    def evaluator(self, roots: list[_Root]) -> tvm.IRModule:
-        """A module whose parameterless `main` computes the roots (a tuple of them, tuples flattened) from the constant
-        bindings they need, with the PrimFuncs those call (only those: another may not build for the host)."""
+    def _needed(self, variables: list[relax.Var]) -> set[relax.Var]:
+        """`variables` and every constant binding they are computed from."""
         needed: set[relax.Var] = set()
-        pending = [root.var for root in roots]
+        pending = list(variables)
         while pending:
             var = pending.pop()
             if var in needed:
                 continue
             needed.add(var)
             pending.extend(v for v in relax.analysis.free_vars(self.constant[var]) if v in self.constant)
+        return needed
+
+    def _ops_under(self, var: relax.Var) -> set[str]:
+        return {self.constant[v].op.name.removeprefix("relax.") for v in self._needed([var])
+                if isinstance(self.constant[v], relax.Call)}
+
+    def evaluator(self, roots: list[_Root]) -> tvm.IRModule:
+        """A module whose parameterless `main` computes the roots (a tuple of them, tuples flattened) from the constant
+        bindings they need, with the PrimFuncs those call (only those: another may not build for the host)."""
+        needed = self._needed([root.var for root in roots])
         bindings = [relax.VarBinding(var, value) for var, value in self.constant.items() if var in needed]
         outputs = []
         for root in roots:
