@@ -82,7 +82,8 @@ def add_parser(verbs) -> argparse.ArgumentParser:
                         help="tune each model up to N wall-clock minutes")
     parity.add_argument("--checkpoints", type=float, nargs="+", metavar="MIN",
                         help="minutes at which to measure (default N/4, N/2, N)")
-    parity.add_argument("--trials-per-task", type=int, default=16, help="per-kernel trials before the hot rounds")
+    parity.add_argument("--trials-per-task", type=int, default=None,
+                        help="cap on each kernel's trials (default: none; the minutes go where the model gains)")
     parity.add_argument("--cost-model", choices=["xgb", "xgb_warm"], default="xgb",
                         help="xgb_warm: pre-trained on the committed databases")
     parity.add_argument("--shared", action="store_true",

@@ -42,7 +42,7 @@ class ParityOptions:
     corpus: CorpusOptions
     tune_minutes: float
     checkpoints: tuple[float, ...] = ()
-    trials_per_task: int = 16
+    trials_per_task: int | None = None  # None: no cap, each round to the kernel that may gain most
     cost_model: str = "xgb"
     shared: bool = False
     resume: bool = False
@@ -74,10 +74,12 @@ def run_parity(options: ParityOptions) -> list[Path]:
     done = {point.model for point in points}
     start = ("starting from the committed schedules/ of the other configs (never the model's own; read only)"
              if options.shared else "from an empty database (no shared schedules)")
-    protocol = (f"- workbench: pipeline `{corpus.pipeline}`, tuned {start}, hottest kernels of the current build's "
-                f"profile first, cost model `{options.cost_model}`, {options.trials_per_task} trials per kernel "
-                f"then hot rounds, measured after {', '.join(f'{m:g}' for m in options.checkpoints)} min of tuning "
-                f"(wall clock; 0: untuned)\n"
+    cap = f"at most {options.trials_per_task} trials per kernel, " if options.trials_per_task else ""
+    checkpoints = ", ".join(f"{m:g}" for m in options.checkpoints)
+    protocol = (f"- workbench: pipeline `{corpus.pipeline}`, tuned {start}, cost model `{options.cost_model}`, "
+                f"{cap}each search round to the kernel that may win the model most (compile/gain.py: the hottest "
+                f"of the current build's profile first), records kept only where the model ran faster with them "
+                f"(stages/model_check.py), measured after {checkpoints} min of tuning (wall clock; 0: untuned)\n"
                 f"- timing: median of {corpus.rounds} interleaved rounds of {corpus.repeat} runs, beside ort_all")
     machine = Machine(target_key(target), target_threads(target))
     for i, experiment in enumerate(experiments, 1):
@@ -129,9 +131,9 @@ def time_to_parity(experiment: Experiment, untuned: Row, options: ParityOptions)
                                       f"{spent:.2f} min"))
                 log(f"{checkpoint:g} min: already passed ({spent:.2f} min spent); its point is that measurement")
                 continue
-            tuning = TuningConfig(minutes=checkpoint - spent, trials=1_000_000,
-                                  trials_per_task=options.trials_per_task, database=Path(work) / "db",
-                                  shared=shared, cost_model=options.cost_model)
+            cap = {"trials_per_task": options.trials_per_task} if options.trials_per_task else {}
+            tuning = TuningConfig(minutes=checkpoint - spent, database=Path(work) / "db", shared=shared,
+                                  cost_model=options.cost_model, **cap)
             tuned_experiment = experiment.model_copy(update={"tuning": tuning, "output": Path(work) / "out"})
             try:
                 if module is None:

@@ -39,7 +39,7 @@ class TaskResult:
 
     name: str
     weight: int
-    budget: int
+    budget: int | None  # trials it may take in all; None: no cap of its own (a minutes budget, compile/gain.py)
     trials_before: int
     exhausted: bool = False
     trials_run: int = 0
@@ -48,6 +48,12 @@ class TaskResult:
     seeded_from: str | None = None  # the database whose schedule for it (or a similar kernel's) was measured first
     profiled_us: float | None = None  # its kernels' time in the build profiled before tuning (stages/hot_kernels.py)
     failed: str | None = None  # why MetaSchedule's search of it stopped with an error (the other tasks go on)
+    best_before_us: float | None = None  # the database's best for it when the run began (None: it had none)
+    start_us: float | None = None  # best µs before its first search round of this run (the database's, or its seeds')
+    seconds: float = 0.0  # wall-clock seconds spent on it (seeds, search rounds, checks)
+    model_us: float | None = None  # its kernels' time in the tuned build (stages/model_check.py, medians)
+    model_before_us: float | None = None  # and in the build before tuning, profiled in turn with it
+    slower_in_model: int = 0  # records dropped because the model ran its kernels slower with them
 
     @property
     def trials(self) -> int:
@@ -60,13 +66,17 @@ class TaskResult:
         return (["search space used up"] if self.exhausted else []) + (
             [f"{self.rejected} wrong schedule(s) dropped"] if self.rejected else []) + (
             [f"started from {self.seeded_from}'s schedule"] if self.seeded_from else []) + (
-            [f"search failed: {self.failed}"] if self.failed else [])
+            [f"search failed: {self.failed}"] if self.failed else []) + (
+            [f"{self.slower_in_model} record(s) dropped: slower in the model"] if self.slower_in_model else [])
 
     def as_dict(self) -> dict:
         return {"name": self.name, "weight": self.weight, "budget": self.budget, "trials_before": self.trials_before,
                 "trials_run": self.trials_run, "exhausted": self.exhausted, "best_us": self.best_us,
                 "rejected": self.rejected, "seeded_from": self.seeded_from,
-                "profiled_us": self.profiled_us, "failed": self.failed}
+                "profiled_us": self.profiled_us, "failed": self.failed, "best_before_us": self.best_before_us,
+                "start_us": self.start_us,
+                "seconds": round(self.seconds, 2), "model_us": self.model_us, "model_before_us": self.model_before_us,
+                "slower_in_model": self.slower_in_model}
 
 
 def tuning_target(target: tvm.target.Target) -> tvm.target.Target:
@@ -129,6 +139,15 @@ def trials_done(database: ms.database.Database, task_mod: tvm.IRModule) -> int:
     return len(task_records(database, task_mod))
 
 
+def records_faster_than(database: ms.database.Database, task_mod: tvm.IRModule,
+                        us: float | None) -> list[ms.database.TuningRecord]:
+    """The task's records measured faster than `us` (every record where `us` is None)."""
+    records = task_records(database, task_mod)
+    if us is None:
+        return records
+    return [r for r in records if (secs := _seconds(r)) is not None and secs * 1e6 < us]
+
+
 def best_latency_us(database: ms.database.Database, task_mod: tvm.IRModule) -> float | None:
     """The fastest measured schedule of this task, in microseconds (None when nothing ran successfully)."""
     times = [s for s in map(_seconds, task_records(database, task_mod)) if s is not None]
@@ -154,11 +173,20 @@ def plan(tasks: list[ms.ExtractedTask], database: ms.database.Database, database
     """Per task: its budget and what the database already holds. The budget is trials_per_task (or trials spread
     evenly), but a light kernel (under LIGHT_SHARE of the model's FLOPs x uses: a pool, a transpose) gets one
     search round: the profile puts such kernels under 1% of the time, and a full budget on each would cost as
-    much tuning time as a conv."""
+    much tuning time as a conv. With a minutes budget (`hot_until_time`) a task has no budget of its own unless
+    `trials_per_task` is set: the minutes go where the model gains (compile/gain.py)."""
     per_task = config.trials_per_task or max(1, math.ceil(config.trials / max(1, len(tasks))))
     costs = [task_cost(t) for t in tasks]
     light = LIGHT_SHARE * sum(costs)
     exhausted = _exhausted(database_dir)
-    return [TaskResult(t.task_name, int(t.weight), per_task if cost >= light else min(per_task, config.trials_per_iter),
-                       trials_done(database, t.dispatched[0]), exhausted=_workload_key(t.dispatched[0]) in exhausted)
+
+    def budget(cost: float) -> int | None:
+        if config.hot_until_time:
+            return config.trials_per_task if "trials_per_task" in config.model_fields_set else None
+        return per_task if cost >= light else min(per_task, config.trials_per_iter)
+
+    return [TaskResult(t.task_name, int(t.weight), budget(cost), trials_done(database, t.dispatched[0]),
+                       exhausted=_workload_key(t.dispatched[0]) in exhausted,
+                       best_us=(best := best_latency_us(database, t.dispatched[0])), best_before_us=best,
+                       start_us=best)
             for t, cost in zip(tasks, costs)]

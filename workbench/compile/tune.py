@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +40,7 @@ from workbench.compile.design_spaces import (
     search_mutators,
     tune_context,
 )
+from workbench.compile.gain import Gains
 from workbench.compile.interrupts import Interrupts
 from workbench.compile.targets import runs_here
 from workbench.compile.tasks import TaskResult, best_latency_us, mark_exhausted, plan, task_records, tuning_target
@@ -202,6 +203,10 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
     the schedule the first of the `shared` databases (read only) holds for its workload, if any. `tasks` come
     heaviest first (FLOPs x uses, compile/tasks.py) or, with `profiled_us` (each task's time in the build
     profiled before tuning, stages/hot_kernels.py), hottest first.
+
+    With a minutes budget and no `hot_trials` (`config.hot_until_time`: "tune for 10 minutes") there are no
+    per-task budgets to fill first: until the minutes are spent, each round goes to the task that may win the
+    model the most time (compile/gain.py), a new one starting from its seeds.
     """
     clock = clock or TuningClock(config.minutes)
     target = tuning_target(target)
@@ -216,7 +221,8 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
     cost_model = cost_model or make_cost_model(config, num_cores, target)
     quiet_metaschedule()
     verifiable = config.runner == "local" and runs_here(target)
-    left = config.trials - sum(min(r.trials_before, r.budget) for r in results)  # `trials` counts the database too
+    # `trials` counts the database too (a task's trials past its budget were hot trials)
+    left = config.trials - sum(min(r.trials_before, r.budget or r.trials_before) for r in results)
     report = progress or (lambda _result: None)
     interrupts = Interrupts()
     with task_loggers(log_dir, [t.task_name for t in tasks]) as loggers:
@@ -331,28 +337,75 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
                 results[index].rejected += rejected
             results[index].best_us = best_latency_us(database, tasks[index].dispatched[0])
 
-        for index, result in enumerate(results):  # heaviest or hottest first: a time budget goes where it matters
-            if clock.spent() and any(r.trials_run for r in results):  # a run always measures its first round
-                break
-            want = 0 if result.exhausted else min(result.budget - result.trials_before, left)
-            report(result)
-            if want > 0 and result.trials_before == 0:
-                want -= seed_first_records(index, want)
-            if want > 0 and not clock.spent():
-                tune_one(index, want)
-            left -= result.trials_run
-            verify(index)
-            report(result)
-        hot = (math.inf if config.hot_until_time  # with minutes and no hot_trials: hot rounds until the time is up
-               else config.hot_trials - sum(max(0, r.trials_before - r.budget) for r in results))  # resumes, too
-        while hot > 0 and not clock.spent():
-            index = hottest(results)
-            if index is None:
-                break
-            ran = results[index].trials_run
-            tune_one(index, min(config.trials_per_iter, hot))
-            hot -= results[index].trials_run - ran
-            verify(index)
-            report(results[index])
+        @contextmanager
+        def timed(index: int) -> Iterator[None]:
+            """Count the wall-clock time of the block as spent on task `index` (the tune table's minutes column)."""
+            started = time.monotonic()
+            try:
+                yield
+            finally:
+                results[index].seconds += time.monotonic() - started
+
+        def budgets_then_hot() -> None:
+            """Each task in order up to its budget (within `trials` in all), then `hot_trials` to the hottest."""
+            nonlocal left
+            for index, result in enumerate(results):  # heaviest or hottest first: a time budget goes where it matters
+                if clock.spent() and any(r.trials_run for r in results):  # a run always measures its first round
+                    break
+                want = 0 if result.exhausted else min(result.budget - result.trials_before, left)
+                report(result)
+                with timed(index):
+                    if want > 0 and result.trials_before == 0:
+                        want -= seed_first_records(index, want)
+                    if want > 0 and not clock.spent():
+                        tune_one(index, want)
+                    left -= result.trials_run
+                    verify(index)
+                report(result)
+            hot = config.hot_trials - sum(max(0, r.trials_before - r.budget) for r in results)  # resumes, too
+            while hot > 0 and not clock.spent():
+                index = hottest(results)
+                if index is None:
+                    break
+                ran = results[index].trials_run
+                with timed(index):
+                    tune_one(index, min(config.trials_per_iter, hot))
+                    hot -= results[index].trials_run - ran
+                    verify(index)
+                report(results[index])
+
+        def by_gain() -> None:
+            """Until the minutes are spent: a round at a time to the task that may win the model the most time
+            (compile/gain.py), a new task starting from its seeds; only `trials_per_task` (its budget) and `trials`,
+            where set, cap it."""
+            nonlocal left
+            capped = "trials" in config.model_fields_set
+            gains = Gains(results)
+            while not (clock.spent() and any(r.trials_run for r in results)) and not (capped and left <= 0):
+                index = gains.next()
+                if index is None:
+                    break
+                result = results[index]
+                report(result)
+                with timed(index):
+                    ran = result.trials_run
+                    want = min([config.trials_per_iter, *([result.budget - result.trials] if result.budget else []),
+                                *([left] if capped else [])])
+                    if result.trials == 0:
+                        want -= seed_first_records(index, want)
+                        verify(index)
+                        result.start_us = result.best_us
+                    gains.began(index)
+                    if want > 0 and not (clock.spent() and result.trials_run):  # a run measures its first round
+                        tune_one(index, want)
+                        verify(index)
+                        gains.measured(index)
+                    left -= result.trials_run - ran
+                report(result)
+
+        if config.hot_until_time:
+            by_gain()
+        else:
+            budgets_then_hot()
     clock.finish()
     return results

@@ -28,13 +28,14 @@ class TuningClock:
     started: float = field(default_factory=time.monotonic)
     stopped: StopReason | None = None
     ended: float | None = None  # when tuning ended (`finish`)
+    reserve_s: float = 0.0  # kept back from the search for work after it (the check of the tuned build)
 
     def used(self) -> float:
         return ((self.ended or time.monotonic()) - self.started) / 60
 
     def spent(self) -> bool:
-        """Is the budget used up? Marks the run stopped by it when it is."""
-        if self.stopped is None and self.minutes is not None and self.used() >= self.minutes:
+        """Is the budget, less `reserve_s`, used up? Marks the run stopped by it when it is."""
+        if self.stopped is None and self.minutes is not None and self.used() >= self.minutes - self.reserve_s / 60:
             self.stopped = "minutes"
         return self.stopped == "minutes"
 
@@ -48,6 +49,10 @@ class TuningClock:
         the minutes used stay what tuning took."""
         self.stopped = self.stopped or "done"
         self.ended = self.ended or time.monotonic()
+
+    def end_now(self) -> None:
+        """Work after the search (the check of the tuned build) counts as tuning's: its end moves to now."""
+        self.ended = time.monotonic()
 
     def usage(self) -> str:
         """'0.07 of 0.05 min' (with a budget) or '0.07 min'."""

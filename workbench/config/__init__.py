@@ -167,6 +167,9 @@ class TuningConfig(Strict):
                                   "search round, the hottest kernels of the current build's profile first; a "
                                   "rerun resumes); with hot_trials unset, "
                                   "the time left after every task's budget goes to hot rounds")
+    model_check: bool = Field(default=True, description="with minutes: after the search, profile the tuned build "
+                                                        "against the one before and keep a kernel's new records "
+                                                        "only if it ran faster in the model (false: keep all)")
     layout_rewrite: bool = Field(default=False, description="let MetaSchedule rewrite constant weights into the "
                                                             "layout each tuned kernel reads best, computed once at "
                                                             "build time (llvm)")

@@ -83,22 +83,31 @@ def console_table(result: RunResult) -> Table:
 
 
 def tuning_table(tasks: list[TaskResult], title: str, profiled: bool) -> Table:
-    """What `workbench tune` did per task: uses, its time in the profiled build (hottest first, when tuning ran in
-    that order), trials before and now against the budget, best µs, and notes (hot trials, skipped, flags)."""
+    """What `workbench tune` did per task: uses, its time in the profiled build before tuning (and after, where the
+    tuned build was checked), trials before and now against the budget, best µs, the minutes spent on it (where a
+    budget went), and notes (hot trials, skipped, flags)."""
     table = Table(title=title)
-    for column in ("task", "uses", *(["in the model µs"] if profiled else []), "trials (before + now) / budget",
-                   "best µs", "note"):
+    checked = any(task.model_us is not None for task in tasks)
+    model_column = ["in the model µs (before → tuned)" if checked else "in the model µs"] if profiled else []
+    for column in ("task", "uses", *model_column, "trials (before + now) / budget", "best µs", "min", "note"):
         table.add_column(column)
     for task in tasks:
         best = f"{task.best_us:.1f}" if task.best_us is not None else "—"
-        in_model = [f"{task.profiled_us:.1f}" if task.profiled_us is not None else "—"] if profiled else []
-        if task.trials > task.budget:  # past its budget: the rest went to it as the kernel holding the most time
+        if task.model_us is not None:  # the check's medians, the two builds profiled in turn
+            in_model = [f"{task.model_before_us:.1f} → {task.model_us:.1f}"]
+        else:
+            in_model = [f"{task.profiled_us:.1f}" if task.profiled_us is not None else "—"]
+        in_model = in_model if profiled else []
+        if task.budget is None:  # a minutes budget: rounds went where the model gained (compile/gain.py)
+            trials_note = ""
+        elif task.trials > task.budget:  # past its budget: the rest went to it as the kernel holding the most time
             trials_note = f"{task.trials - task.budget} hot trials"
         else:
             trials_note = "skipped: at budget" if task.trials_before >= task.budget and not task.exhausted else ""
         note = "; ".join(filter(None, [trials_note, *task.flags]))
         table.add_row(task.name, str(task.weight), *in_model,
-                      f"{task.trials_before} + {task.trials_run} / {task.budget}", best, note)
+                      f"{task.trials_before} + {task.trials_run} / {task.budget or '—'}", best,
+                      f"{task.seconds / 60:.2f}", note)
     return table
 
 

@@ -42,11 +42,21 @@ def can_profile(target: tvm.target.Target) -> bool:
     return target.kind.name == "llvm" and runs_here(target)
 
 
+def build_executable(optimized: tvm.IRModule, target: tvm.target.Target, database=None,
+                     layout_rewrite: bool = False) -> tvm.runtime.Module:
+    """`optimized` built with `database` (None: default schedules only), as a build would."""
+    return build_lowered(optimized, target, database, layout_rewrite).executable
+
+
+def profile_executable(executable: tvm.runtime.Module, target: tvm.target.Target,
+                       inputs: dict[str, np.ndarray]) -> Profile:
+    return tvm_profile(executable, inputs, device_for(target), WARMUP, RUNS, label="current build")
+
+
 def profile_build(optimized: tvm.IRModule, target: tvm.target.Target, inputs: dict[str, np.ndarray], database=None,
                   layout_rewrite: bool = False) -> Profile:
     """Build `optimized` with `database` (None: default schedules only) and profile it on `inputs`."""
-    built = build_lowered(optimized, target, database, layout_rewrite)
-    return tvm_profile(built.executable, inputs, device_for(target), WARMUP, RUNS, label="current build")
+    return profile_executable(build_executable(optimized, target, database, layout_rewrite), target, inputs)
 
 
 def task_times(plain: tvm.IRModule, profile: Profile, tasks: list[ms.ExtractedTask]) -> list[TaskTime]:
@@ -61,6 +71,15 @@ def task_times(plain: tvm.IRModule, profile: Profile, tasks: list[ms.ExtractedTa
     total = profile.total_us or 1.0
     times = [per_workload.get(ms.utils.shash2hex(task.dispatched[0]), 0.0) for task in tasks]
     return [TaskTime(task.task_name, us, us / total) for task, us in zip(tasks, times, strict=True)]
+
+
+def interleaved_task_us(plain: tvm.IRModule, tasks: list[ms.ExtractedTask], executables: list[tvm.runtime.Module],
+                        target: tvm.target.Target, inputs: dict[str, np.ndarray], rounds: int) -> np.ndarray:
+    """Each task's µs (`task_times`) per round and executable, shape (rounds, executables, tasks): in each round
+    every executable is profiled in turn, so a change in the machine's speed meanwhile (another process, a clock)
+    hits all of them alike, and the executables are best compared round by round."""
+    return np.array([[[t.us for t in task_times(plain, profile_executable(executable, target, inputs), tasks)]
+                      for executable in executables] for _ in range(rounds)])
 
 
 def hottest_first(tasks: list[ms.ExtractedTask], times: list[TaskTime]) -> tuple[list[ms.ExtractedTask],

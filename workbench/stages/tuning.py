@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +32,14 @@ from workbench.config import Experiment, TuningConfig
 from workbench.errors import one_line
 from workbench.runtime.heartbeat import EVERY_S, heartbeat
 from workbench.stages import optimize, prepare
-from workbench.stages.hot_kernels import can_profile, hottest_first, profile_build, task_times
+from workbench.stages.hot_kernels import (
+    build_executable,
+    can_profile,
+    hottest_first,
+    profile_executable,
+    task_times,
+)
+from workbench.stages.model_check import CHECK_ROUNDS, ModelCheck, changed, keep_if_faster
 
 
 def tuning_config(experiment: Experiment) -> TuningConfig:
@@ -45,6 +52,7 @@ def _best(result: TaskResult) -> str:
 
 
 TUNING_RECORD = "tuning.json"  # in the experiment's output folder
+CHECK_MARGIN = 1.2  # the check's build reads a database: a bit longer than the build before tuning
 
 
 @dataclass
@@ -54,6 +62,7 @@ class Tuned:
     tasks: list[TaskResult]
     database: Path
     clock: TuningClock
+    check: ModelCheck | None = None  # the tuned build profiled against the one before (minutes budget, CPU)
 
     @property
     def order(self) -> Literal["profile", "flops"]:
@@ -62,12 +71,21 @@ class Tuned:
 
     def as_dict(self) -> dict:
         return {"database": str(self.database), **self.clock.as_dict(), "order": self.order,
+                "model_check": self.check.as_dict() if self.check else None,
                 "tasks": [t.as_dict() for t in self.tasks]}
 
     def summary(self) -> str:
         """'Measured 9 new trials in 0.06 of 0.05 min (stopped: the 0.05-minute budget is spent ...)'."""
         return (f"Measured {sum(t.trials_run for t in self.tasks)} new trials in {self.clock.usage()} "
-                f"({self.clock.reason()})")
+                f"({self.clock.reason()})" + (f"; {self.check.summary()}" if self.check else ""))
+
+
+def trials_of(results: Iterable[TaskResult]) -> str:
+    """'12/16' (trials within the budgets, of the budgets) or, where a task has no budget (a minutes budget), '12'."""
+    results = list(results)
+    if any(r.budget is None for r in results):
+        return str(sum(r.trials for r in results))
+    return f"{sum(min(r.trials, r.budget) for r in results)}/{sum(r.budget for r in results)}"
 
 
 @contextmanager
@@ -83,14 +101,14 @@ def plain_progress(console: Console, every_s: float = EVERY_S,
 
     def line() -> str:
         with lock:  # the heartbeat reads while the tuning loop reports
-            done, budget = sum(min(r.trials, r.budget) for r in latest.values()), sum(r.budget for r in latest.values())
+            trials = trials_of(latest.values())
             now = latest[current[-1]] if current else None
             tasks = len(latest)
         best = f"best {now.best_us:.1f} µs" if now and now.best_us is not None else "best —"
-        task = (f"; {now.name}: {min(now.trials, now.budget)}/{now.budget}, {best}"
+        task = (f"; {now.name}: {trials_of([now])}, {best}"
                 + (f" ({'; '.join(now.flags)})" if now.flags else "")) if now else ""
         timing = "" if clock is None else f"; {clock.usage()}" + (f", {clock.reason()}" if clock.stopped else "")
-        return f"tuning {time.monotonic() - started:5.0f} s: {done}/{budget} trials, {tasks} tasks{task}{timing}"
+        return f"tuning {time.monotonic() - started:5.0f} s: {trials} trials, {tasks} tasks{task}{timing}"
 
     def report(result: TaskResult) -> None:
         with lock:
@@ -109,27 +127,45 @@ def shared_databases(sources: ScheduleSources | None, folder: Path) -> list[Shar
             if source.path.resolve() != folder.resolve()] if sources is not None else []
 
 
+@dataclass(frozen=True)
+class HotOrder:
+    """The tasks hottest first in the profile of the build as it stands, each one's µs there, the profile's total
+    and how long building and profiling took (what the check after tuning will cost again)."""
+
+    tasks: list[ms.ExtractedTask]
+    profiled_us: list[float]
+    executable: tvm.runtime.Module  # the build as it stood: the check after tuning profiles it again
+    build_s: float
+    profile_s: float
+
+    def check_seconds(self) -> float:
+        """About what the check after tuning takes: a build, and CHECK_ROUNDS profiles of two builds."""
+        return CHECK_MARGIN * (self.build_s + 2 * CHECK_ROUNDS * self.profile_s)
+
+
 def hot_order(optimized: tvm.IRModule, plain: tvm.IRModule, target: tvm.target.Target,
               tasks: list[ms.ExtractedTask], inputs: dict[str, np.ndarray], sources: ScheduleSources | None,
-              layout_rewrite: bool, console: Console) -> tuple[list[ms.ExtractedTask], list[float] | None]:
+              layout_rewrite: bool, console: Console) -> HotOrder | None:
     """The tasks (extracted from `plain`, the tuning module) hottest first by the profile of the build as it
-    stands (stages/hot_kernels.py), and each one's profiled µs; the tasks as they were (FLOPs x uses) where the
-    build cannot run here or the profile fails."""
+    stands (stages/hot_kernels.py); None (tune the tasks as they were, FLOPs x uses) where the build cannot run
+    here or the profile fails."""
     if not can_profile(target):
-        return tasks, None
+        return None
+    started = time.monotonic()
     try:
         with console.status("Profiling the current build to tune its hottest kernels first…"):
-            profile = profile_build(optimized, target, inputs, sources.database if sources else None,
-                                    layout_rewrite)
+            executable = build_executable(optimized, target, sources.database if sources else None, layout_rewrite)
+            built = time.monotonic()
+            profile = profile_executable(executable, target, inputs)
         times = task_times(plain, profile, tasks)
     except Exception as exc:  # noqa: BLE001 - ordering is a help: tuning goes on in FLOPs order
         console.print(f"[yellow]![/] profiling the current build failed ({one_line(exc)}); tuning the "
                       f"heaviest kernels (FLOPs x uses) first")
-        return tasks, None
+        return None
     tasks, times = hottest_first(tasks, times)
     top = ", ".join(f"{t.name} {t.us:.0f} µs ({t.share:.0%})" for t in times[:3])
     console.print(f"[green]✓[/] hottest kernels first, by the current build's profile: {top}")
-    return tasks, [t.us for t in times]
+    return HotOrder(tasks, [t.us for t in times], executable, built - started, time.monotonic() - built)
 
 
 def tune_optimized(optimized: tvm.IRModule, target: tvm.target.Target, experiment: Experiment, base_dir: Path,
@@ -144,12 +180,15 @@ def tune_optimized(optimized: tvm.IRModule, target: tvm.target.Target, experimen
     plain = tuning_module(optimized, target, config.layout_rewrite)
     tasks = extract_tasks(plain, target)
     database = tuning_folder(experiment.database_root(base_dir), target)
-    sources = schedule_sources(experiment.model_copy(update={"tuning": config}), base_dir, target, "")
+    with_config = experiment.model_copy(update={"tuning": config})
+    sources = schedule_sources(with_config, base_dir, target, "")
     shared = shared_databases(sources, database)
+    hot = hot_order(optimized, plain, target, tasks, inputs, sources, config.layout_rewrite, console
+                    ) if config.minutes and inputs is not None else None
     profiled = None
-    if config.minutes and inputs is not None:
-        tasks, profiled = hot_order(optimized, plain, target, tasks, inputs, sources, config.layout_rewrite,
-                                    console)
+    if hot is not None:
+        tasks, profiled = hot.tasks, hot.profiled_us
+        clock.reserve_s = hot.check_seconds() if config.model_check else 0.0
     out_dir = experiment.output_dir(base_dir)
     log_dir = out_dir / "tuning_logs"
     rows: dict[str, int] = {}
@@ -165,12 +204,19 @@ def tune_optimized(optimized: tvm.IRModule, target: tvm.target.Target, experimen
                 note = "; ".join(result.flags)
                 if result.name not in rows:
                     rows[result.name] = bar.add_task(result.name, total=result.budget, best=_best(result), note=note)
-                bar.update(rows[result.name], completed=min(result.trials, result.budget), best=_best(result),
+                bar.update(rows[result.name], completed=min(result.trials, result.budget or result.trials),
+                           best=_best(result),
                            note=f"{note}{'; ' if note else ''}{clock.usage()}" if config.minutes else note)
 
             results = tune_tasks(tasks, target, config, database, log_dir, progress=show, clock=clock,
                                  shared=shared, profiled_us=profiled)
     tuned = Tuned(results, database, clock)
+    if hot is not None and config.model_check and any(changed(result) for result in results):
+        with console.status("Profiling the tuned build: keeping what made the model faster…"):
+            tuned.check = keep_if_faster(optimized, plain, target, tasks, results, inputs, database,
+                                         schedule_sources(with_config, base_dir, target, "").database,
+                                         hot.executable, config.layout_rewrite)
+        clock.end_now()
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out_dir / TUNING_RECORD, tuned.as_dict())
     return tuned
