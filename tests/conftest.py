@@ -76,3 +76,22 @@ def run_two_writers():
             assert process.exitcode == 0
 
     return run
+
+
+@pytest.fixture(scope="session")
+def quickstart():
+    """convnet_small after the quickstart pipeline, for the host CPU: the optimized module, its tuning module, tasks
+    and inputs."""
+    from pathlib import Path
+
+    from workbench.compile.targets import make_target
+    from workbench.compile.tasks import extract_tasks, tuning_module
+    from workbench.config import TargetConfig, load_experiment
+    from workbench.stages import optimize, prepare
+
+    host = make_target(TargetConfig())
+    experiment = load_experiment(Path("configs/quickstart.yaml"))
+    prepared = prepare(experiment, Path.cwd(), host)
+    optimized = optimize(prepared, experiment.pipeline, stats=False).module
+    plain = tuning_module(optimized, host)
+    return {"optimized": optimized, "plain": plain, "tasks": extract_tasks(plain, host), "inputs": prepared.inputs}

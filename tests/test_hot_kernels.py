@@ -12,23 +12,12 @@ import yaml
 
 from workbench.cli import main
 from workbench.compile.targets import make_target
-from workbench.compile.tasks import extract_tasks, task_cost, tuning_module
-from workbench.config import TargetConfig, load_experiment
+from workbench.compile.tasks import task_cost
+from workbench.config import TargetConfig
 from workbench.measure.profile import VM_BUILTINS
-from workbench.stages import optimize, prepare
 from workbench.stages.hot_kernels import hottest_first, profile_build, task_times
 
 HOST = make_target(TargetConfig())
-
-
-@pytest.fixture(scope="module")
-def quickstart():
-    """convnet_small after the quickstart pipeline: its tuning module, tasks and inputs."""
-    experiment = load_experiment(Path("configs/quickstart.yaml"))
-    prepared = prepare(experiment, Path.cwd(), HOST)
-    optimized = optimize(prepared, experiment.pipeline, stats=False).module
-    plain = tuning_module(optimized, HOST)
-    return {"optimized": optimized, "plain": plain, "tasks": extract_tasks(plain, HOST), "inputs": prepared.inputs}
 
 
 def test_every_kernel_call_is_charged_to_its_task(quickstart):

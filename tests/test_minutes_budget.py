@@ -18,9 +18,8 @@ from workbench.cli import main
 from workbench.compile.databases import RECORDS_FILE, open_database
 from workbench.compile.gain import FLOOR, PRIOR, Gains, model_us_now
 from workbench.compile.targets import make_target
-from workbench.compile.tasks import TaskResult, extract_tasks, task_records, tuning_module
-from workbench.config import TargetConfig, load_experiment
-from workbench.stages import optimize, prepare
+from workbench.compile.tasks import TaskResult, task_records
+from workbench.config import TargetConfig
 from workbench.stages.hot_kernels import build_executable, profile_build, task_times
 from workbench.stages.model_check import keep_if_faster
 
@@ -62,15 +61,6 @@ def test_a_stalled_kernel_is_expected_to_win_the_floor_and_unprofiled_tasks_go_i
     unprofiled = [result("first", None), result("second", None), result("measured", None, 50.0)]
     assert [model_us_now(r) for r in unprofiled] == [math.inf, math.inf, 50.0]
     assert Gains(unprofiled).next() == 0 and Gains(unprofiled).expected_share(0) == PRIOR
-
-
-@pytest.fixture(scope="module")
-def quickstart():
-    experiment = load_experiment(Path("configs/quickstart.yaml"))
-    prepared = prepare(experiment, Path.cwd(), HOST)
-    optimized = optimize(prepared, experiment.pipeline, stats=False).module
-    plain = tuning_module(optimized, HOST)
-    return {"optimized": optimized, "plain": plain, "tasks": extract_tasks(plain, HOST), "inputs": prepared.inputs}
 
 
 def test_a_record_fast_alone_but_slow_in_the_model_is_dropped_and_the_others_kept(quickstart, tmp_path):

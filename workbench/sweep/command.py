@@ -24,14 +24,20 @@ def variants_table(sweep: Sweep):
         search = sweep.search
         title = (f"sweep {sweep.name}: {search.search} search over {', '.join(sweep.permuted)} (max length "
                  f"{search.max_length or len(sweep.permuted)}, budget {search.budget} distinct IRs) → {sweep.output}")
+    if sweep.models:
+        labels = len({v.ablation or v.pipeline_text for v in sweep.variants})
+        title += f"; a study: {len(sweep.models)} models × {labels} pipeline variants"
     if sweep.tuning is not None:
-        title += f"; tuned into {sweep.database_root} (each pipeline measured tuned and untuned)"
+        budget = (f"{sweep.tuning.minutes:g} minutes" if sweep.tuning.minutes else f"{sweep.tuning.trials} trials")
+        title += f"; tuned into {sweep.database_root} within {budget} (each pipeline measured tuned and untuned)"
     table = Table(title=title)
-    for column in ("#", "id", "pipeline", "grid", "repeat", "tuned"):
+    ablation = any(v.ablation for v in sweep.variants)
+    for column in ("#", "id", *(["variant"] if ablation else []), "pipeline", "grid", "repeat", "tuned"):
         table.add_column(column)
     for v in sweep.variants:
         grid = ", ".join(f"{k}={json.dumps(val)}" for k, val in v.grid.items()) or "—"
-        table.add_row(str(v.position), v.id, v.pipeline_text or "(empty)", grid, str(v.repeat), "yes" if v.tuned else "")
+        table.add_row(str(v.position), v.id, *([v.ablation or ""] if ablation else []), v.pipeline_text or "(empty)",
+                      grid, str(v.repeat), "yes" if v.tuned else "")
     return table
 
 

@@ -4,6 +4,8 @@ Same tasks, same variant function (`run_variant_task`), same store as the local 
 the tasks run changes. One Ray task per task; Ray worker processes isolate crashes (a segfault or
 os.abort fails that task with WorkerCrashedError, retries are off) and a task past the sweep's timeout
 is cancelled with force=True, which kills its worker.
+Each result says which node ran it (the store's `ran_on`). A cell whose node dies is recorded as failed with
+Ray's reason; the cells done before stay, and `--resume` runs the failed ones again on the nodes left.
 Without `sweep.ray_address` a local Ray instance with `workers` CPUs is started for the sweep and shut
 down after it; with it, the sweep connects to that cluster (whose nodes need workbench installed).
 """
@@ -17,6 +19,14 @@ from pathlib import Path
 
 from workbench.errors import UserError
 from workbench.sweep.workers import run_variant_task, worker_setup
+
+
+def run_on_node(setup, kind: str, config: dict) -> tuple[str, object, str]:
+    """`run_variant_task` as a Ray task, with the Ray node it ran on (the store's `ran_on`: did the cells spread)."""
+    import ray
+
+    status, value = run_variant_task(setup, kind, config)
+    return status, value, f"ray node {ray.get_runtime_context().get_node_id()[:12]}"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -51,7 +61,7 @@ class RayPool:
                                            os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
             ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False,
                      runtime_env={"env_vars": {"PYTHONPATH": python_path}})
-        self.task = ray.remote(max_retries=0, num_cpus=1)(run_variant_task)
+        self.task = ray.remote(max_retries=0, num_cpus=1)(run_on_node)
         self.ray = ray
 
     def run(self, pending: deque, on_done) -> None:
@@ -70,12 +80,12 @@ class RayPool:
                 for ref in ready:
                     key, kind, _deadline = in_flight.pop(ref)
                     try:
-                        status, value = ray.get(ref)
-                    except ray.exceptions.RayError as exc:  # the worker died (signal, abort, out of memory...)
+                        status, value, node = ray.get(ref)
+                    except ray.exceptions.RayError as exc:  # its worker or node died (signal, abort, memory...)
                         stage = "the pipeline" if kind == "hash" else "build/measure"
                         on_done(key, False, f"Ray worker failed during {stage}: {_first_line(exc)}", None)
                     else:
-                        on_done(key, status == "ok", value, None)
+                        on_done(key, status == "ok", value, node)
                 now = time.monotonic()
                 for ref, (key, _kind, deadline) in list(in_flight.items()):
                     if now > deadline:

@@ -28,6 +28,7 @@ from workbench.record.charts import save_png  # noqa: E402
 from workbench.record.markdown import markdown_table  # noqa: E402
 from workbench.sweep.spec import SWEEP_MARKER  # noqa: E402
 from workbench.sweep.store import SweepStore  # noqa: E402
+from workbench.sweep.study_report import write_study  # noqa: E402
 
 
 def _load(folder: Path) -> tuple[dict, list[dict], dict[int, dict]]:
@@ -340,9 +341,17 @@ def _search_section(folder: Path) -> list[str]:
             f"![search trajectory]({plot.name})", table]
 
 
+def _variant_rows(folder: Path) -> list[dict]:
+    store = SweepStore(folder / RESULTS_STORE)
+    try:
+        return list(store.rows().values())
+    finally:
+        store.close()
+
+
 def write_sweep_report(folder: Path) -> Path:
-    """Write report.md, latency.png, attribution.png, variants.csv and all_rows.csv (and for a search
-    search.png) into the sweep folder."""
+    """Write report.md, latency.png, attribution.png, variants.csv and all_rows.csv (for a search search.png, for
+    a study study.png and study.csv) into the sweep folder."""
     folder = Path(folder)
     rows, failed, meta = ranked_rows(folder)
     shown = ranking(rows)
@@ -373,6 +382,7 @@ def write_sweep_report(folder: Path) -> Path:
            "schedule from the database." if tuned else ""),
         f"![latency]({latency.name})",
         *_search_section(folder),
+        *write_study(folder, rows, _variant_rows(folder)),
         "## Per-pass attribution",
         f"![attribution]({attribution.name})",
         "## Equivalent orderings",

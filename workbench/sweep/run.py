@@ -51,6 +51,11 @@ def write_marker(sweep: Sweep) -> None:
     })
 
 
+def ran_on(worker: int | str | None) -> str | None:
+    """Where a cell ran, for the store: a local pool's worker index, or the Ray node the pool names."""
+    return f"worker {worker}" if isinstance(worker, int) else worker
+
+
 class SweepRun:
     """One sweep being run: its store, its workers and its progress bar."""
 
@@ -170,10 +175,10 @@ class SweepRun:
                 fresh = [c for c in fresh if not c.members[0].tuned]
         by_key = {c.key: c for c in fresh}
 
-        def on_done(key: tuple[str, int], ok: bool, value: Any, _worker: int | None) -> None:
+        def on_done(key: tuple[str, int], ok: bool, value: Any, worker: int | str | None) -> None:
             c = by_key[key]
             common = dict(structural_hash=c.hash, class_id=key[0], representative=c.members[0].id,
-                          seconds=time.monotonic() - c.started)
+                          seconds=time.monotonic() - c.started, ran_on=ran_on(worker))
             if ok:
                 result = RunResult.from_json(value["result"], f"variant {c.members[0].id}")
                 self._record(c.members, "done", result=result, median_ms=value["median_ms"], **common)

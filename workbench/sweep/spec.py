@@ -43,6 +43,7 @@ from workbench.config import (
 )
 from workbench.config.pipeline_spec import PassSpec
 from workbench.errors import UserError
+from workbench.sweep.study import Ablation, ModelCase, ModelsField, ablation_pipelines, model_cases
 
 SWEEP_MARKER = "sweep.json"
 DATABASE_DEFAULT = "schedules"  # a tuned sweep's database root inside its output folder, unless configured
@@ -95,6 +96,12 @@ class SweepSection(Strict):
         default=None, description="pipeline texts / YAML lists, {permutations: ...} or {search: ...}; "
                                   "default: the base pipeline")
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="dotted.key: [values]")
+    models: ModelsField | None = Field(
+        default=None, description="a study over models: `corpus`, corpus entry names, or {name, source, inputs} "
+                                  "mappings; each replaces the base's model (sweep/study.py)")
+    ablation: Ablation | None = Field(
+        default=None, description="variants of a pipeline (`default` or text): whole, each step dropped, each step "
+                                  "at its parameter alternatives; instead of `orderings`")
     repeats: PositiveInt = 1
     timeout_s: PositiveFloat = 300
     workers: PositiveInt = 2
@@ -123,6 +130,7 @@ class Variant:
     grid: dict[str, Any]
     config: dict  # the validated experiment, JSON mode, with its output and results set
     tuned: bool = False
+    ablation: str | None = None  # its label in an ablation (sweep/study.py): `full`, `-fuse`, `fuse(opt_level=1)`
 
     @property
     def ir_key(self) -> str:
@@ -147,6 +155,7 @@ class Sweep:
     base_origin: str = ""
     tuning: TuningConfig | None = None
     database_root: Path | None = None  # where the tuned variants' database lives (one folder per target inside)
+    models: list[ModelCase] = field(default_factory=list)  # a study's models (sweep.models), in order
     variants: list[Variant] = field(default_factory=list)
 
     @property
@@ -157,18 +166,22 @@ class Sweep:
     def search(self) -> Search | None:
         return self.section.orderings if isinstance(self.section.orderings, Search) else None
 
-    def make_variants(self, specs: list[PassSpec]) -> list[Variant]:
-        """The variants of one pipeline: grid × repeats (× untuned, tuned); validated, not yet added."""
+    def make_variants(self, specs: list[PassSpec], ablation: str | None = None,
+                      models: list[ModelCase] | None = None) -> list[Variant]:
+        """The variants of one pipeline: models (default: the study's) × grid × repeats (× untuned, tuned);
+        validated, not yet added. A study's model is part of each variant's grid (`model: NAME`), as the setting it
+        was measured in."""
         grid_keys = list(self.section.grid)
         made = []
         text = pipeline_spec.to_text(specs)
-        for combo in itertools.product(*(self.section.grid[k] for k in grid_keys)):
-            grid = dict(zip(grid_keys, combo))
+        for case, combo in itertools.product(models or self.models or [None], itertools.product(
+                *(self.section.grid[k] for k in grid_keys))):
+            grid = ({"model": case.name} if case else {}) | dict(zip(grid_keys, combo))
             for tuned in ((False, True) if self.tuning is not None else (False,)):
-                data = copy.deepcopy(self.base)
+                data = case.apply(copy.deepcopy(self.base)) if case else copy.deepcopy(self.base)
                 data["pipeline"] = [s.to_yaml() for s in specs]
-                for key, value in grid.items():
-                    apply_override(data, f"{key}={json.dumps(value)}")
+                for key in grid_keys:
+                    apply_override(data, f"{key}={json.dumps(grid[key])}")
                 data.pop("output", None)
                 data.pop("results", None)
                 data.pop("tuning", None)
@@ -185,7 +198,7 @@ class Sweep:
                     config["output"] = str(self.output / "variants" / vid)
                     config["results"] = str(self.store_path)
                     made.append(Variant(vid, -1, repeat, pipeline_spec.to_text(experiment.pipeline), grid, config,
-                                        tuned))
+                                        tuned, ablation))
         return made
 
     def add(self, variants: list[Variant]) -> list[Variant]:
@@ -215,8 +228,21 @@ def pass_specs(value: Any, where: str) -> list[PassSpec]:
         raise UserError(f"{where}: {exc}") from exc
 
 
-def expand_orderings(section: SweepSection, base_pipeline: Any, origin: str) -> list[list[PassSpec]]:
-    """The list of pipelines the sweep tries, in a stable order (none up front for a search)."""
+def target_kind(base: dict) -> str:
+    """The base experiment's target kind (llvm unless it says cuda), for expanding named pipelines."""
+    target = base.get("target") or "llvm"
+    return target if isinstance(target, str) else target.get("kind", "llvm")
+
+
+def expand_orderings(section: SweepSection, base: dict, origin: str) -> list[tuple[str | None, list[PassSpec]]]:
+    """The pipelines the sweep tries, each with its ablation label (None outside an ablation), in a stable order
+    (none up front for a search)."""
+    if section.ablation is not None:
+        return ablation_pipelines(section.ablation, target_kind(base))
+    return [(None, specs) for specs in _orderings(section, base.get("pipeline"), origin)]
+
+
+def _orderings(section: SweepSection, base_pipeline: Any, origin: str) -> list[list[PassSpec]]:
     orderings = section.orderings
     if orderings is None:
         return [pass_specs(base_pipeline or [], f"{origin}: base.pipeline")]
@@ -264,9 +290,15 @@ def _validated(data: dict, path: Path) -> SweepFile:
 
 
 def _tuning(raw: SweepFile, base: dict, path: Path) -> TuningConfig | None:
-    """The sweep's tuning section, else the base experiment's (a tuned base makes a tuned sweep)."""
+    """The sweep's tuning section, else the base experiment's (a tuned base makes a tuned sweep; a study's base
+    has no model of its own, so only its tuning section is read)."""
     if raw.sweep.tuning is not None or not base.get("tuning"):
         return raw.sweep.tuning
+    if raw.sweep.models:
+        try:
+            return TuningConfig.model_validate(base["tuning"])
+        except ValidationError as exc:
+            raise UserError(f"{path}: base.tuning: {describe_error(exc.errors()[0], TuningConfig)}") from exc
     return validate(base, f"{path}: base").tuning
 
 
@@ -289,16 +321,18 @@ def load_sweep(path: Path, base_dir: Path | None = None, overrides: list[str] = 
     name = raw.name or path.stem
     output = raw.output or Path("runs") / "sweeps" / name
     output = (output if output.is_absolute() else base_dir / output).resolve()
-    orderings = expand_orderings(raw.sweep, base.get("pipeline"), str(path))
+    if raw.sweep.ablation is not None and raw.sweep.orderings is not None:
+        raise UserError(f"{path}: sweep.ablation makes the pipelines itself; remove sweep.orderings")
+    orderings = expand_orderings(raw.sweep, base, str(path))
     for key, values in raw.sweep.grid.items():
         if not values:
             raise UserError(f"the sweep expands to zero variants: {path}: sweep.grid.{key} is an empty list")
     search = raw.sweep.orderings if isinstance(raw.sweep.orderings, Search) else None
     if search is not None:
         pass_specs(search.passes, f"{path}: sweep.orderings.passes")
-        if raw.sweep.grid:
-            raise UserError(f"{path}: sweep.grid: a search (sweep.orderings.search) ranks pipelines on one setting; "
-                            "remove the grid or run one search per setting")
+        if raw.sweep.grid or raw.sweep.models:
+            raise UserError(f"{path}: sweep.grid/models: a search (sweep.orderings.search) ranks pipelines on one "
+                            "setting; remove them or run one search per setting (or model)")
     elif not orderings:
         raise UserError(f"the sweep expands to zero variants: {path}: sweep.orderings is empty"
                         + (" (sample/permutations gave nothing)" if isinstance(raw.sweep.orderings, Permutations) else ""))
@@ -310,9 +344,12 @@ def load_sweep(path: Path, base_dir: Path | None = None, overrides: list[str] = 
     if tuning is not None:
         database_root = tuning.database or output / DATABASE_DEFAULT
         database_root = (database_root if database_root.is_absolute() else base_dir / database_root).resolve()
-    sweep = Sweep(path, name, output, raw.plugins, raw.sweep, permuted, base, base_origin, tuning, database_root)
-    for specs in orderings:
-        sweep.add(sweep.make_variants(specs))
+    models = model_cases(raw.sweep.models) if raw.sweep.models else []
+    sweep = Sweep(path, name, output, raw.plugins, raw.sweep, permuted, base, base_origin, tuning, database_root,
+                  models)
+    for case in models or [None]:  # a study's variants model by model: a partial run has whole models
+        for label, specs in orderings:
+            sweep.add(sweep.make_variants(specs, label, [case] if case else None))
     if not sweep.variants and search is None:
         raise UserError(f"the sweep expands to zero variants: {path}")
     return sweep

@@ -26,11 +26,14 @@ CREATE TABLE IF NOT EXISTS sweep_variants (
     median_ms REAL,
     seconds REAL,
     updated TEXT,
-    tuned INTEGER
+    tuned INTEGER,
+    ablation TEXT,
+    ran_on TEXT
 );
 """
 COLUMNS = ("id", "position", "repeat", "pipeline_text", "grid_json", "status", "error", "run_id", "structural_hash",
-           "class_id", "representative", "median_ms", "seconds", "updated", "tuned")
+           "class_id", "representative", "median_ms", "seconds", "updated", "tuned", "ablation", "ran_on")
+ADDED_COLUMNS = {"tuned": "INTEGER", "ablation": "TEXT", "ran_on": "TEXT"}  # columns a store written by an older version lacks
 
 
 class SweepStore:
@@ -45,8 +48,9 @@ class SweepStore:
         with self.results.transaction():
             self.db.execute(SWEEP_SCHEMA)
             have = {row[1] for row in self.db.execute("PRAGMA table_info(sweep_variants)")}
-            if "tuned" not in have:  # a store written before sweeps were tuned
-                self.db.execute("ALTER TABLE sweep_variants ADD COLUMN tuned INTEGER")
+            for column, kind in ADDED_COLUMNS.items():  # a store written before sweeps were tuned, or studies
+                if column not in have:
+                    self.db.execute(f"ALTER TABLE sweep_variants ADD COLUMN {column} {kind}")
 
     def record(self, variants: list[Variant], status: str, *, result: RunResult | None = None, run_id: int | None = None,
                **columns: Any) -> int | None:
@@ -58,7 +62,8 @@ class SweepStore:
                 f"INSERT OR REPLACE INTO sweep_variants ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
                 [(v.id, v.position, v.repeat, v.pipeline_text, json.dumps(v.grid, sort_keys=True), status,
                   columns.get("error"), run_id, columns.get("structural_hash"), columns.get("class_id"),
-                  columns.get("representative"), columns.get("median_ms"), columns.get("seconds"), now, int(v.tuned))
+                  columns.get("representative"), columns.get("median_ms"), columns.get("seconds"), now, int(v.tuned),
+                  v.ablation, columns.get("ran_on"))
                  for v in variants])
 
         if result is not None:

@@ -1,0 +1,181 @@
+"""What each pass of an ablation buys on each model: the study's cells, heatmap, table, CSV and best pipelines.
+
+A cell is (model, variant label, untuned or tuned): the variant's median latency over the full pipeline's, both
+of the same model and the same tuning state. Its 95% interval is the ratio of the two medians' bootstrap CIs taken
+at their far ends (the variant's low over the full's high, and the other way round): conservative, so a cell
+marked significant is. A variant whose optimized IR equals the full pipeline's is the same build ("same IR": the
+pass does nothing on that model); a variant that broke the model is a failed cell with its reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from workbench.atomic import atomic_write_text
+from workbench.record.charts import save_png
+from workbench.record.markdown import markdown_table
+from workbench.sweep.study import FULL
+
+SAME_IR, NOISE, PAYS, HURTS, FAILED = "same IR", "noise", "pays", "hurts", "failed"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One model × variant × tuning state; `ratio` = variant median / full median (> 1: dropping the pass, or
+    changing its parameters, made the model slower, so the full pipeline's choice pays)."""
+
+    model: str
+    label: str
+    tuned: bool
+    verdict: str  # SAME_IR, NOISE, PAYS (ratio > 1 beyond the CI), HURTS (< 1 beyond it), FAILED
+    ratio: float | None = None
+    low: float | None = None
+    high: float | None = None
+    median_ms: float | None = None
+    full_ms: float | None = None
+    pipeline: str = ""
+    error: str = ""
+
+    @property
+    def change(self) -> str:
+        """'+12% [+5, +20]' (the slowdown without the pass), '=' for the same IR, 'failed'."""
+        if self.verdict == FAILED:
+            return "failed"
+        if self.verdict == SAME_IR:
+            return "= (same IR)"
+        return f"{self.ratio - 1:+.0%} [{self.low - 1:+.0%}, {self.high - 1:+.0%}]"
+
+
+def _verdict(low: float, high: float) -> str:
+    return PAYS if low > 1 else HURTS if high < 1 else NOISE
+
+
+def study_cells(rows: list[dict], variants: list[dict]) -> list[Cell]:
+    """The cells of a study from the sweep report's class rows (`ranked_rows`) and the store's variant rows."""
+    class_of = {member: row for row in rows for member in row["members"]}
+    by_key: dict[tuple[str, bool], dict[str, dict]] = {}
+    for v in variants:
+        if v.get("ablation"):
+            model = json.loads(v["grid_json"] or "{}").get("model", "")
+            by_key.setdefault((model, bool(v["tuned"])), {}).setdefault(v["ablation"], v)
+    cells = []
+    for (model, tuned), labels in by_key.items():
+        full = class_of.get(labels[FULL]["id"]) if FULL in labels else None
+        for label, v in labels.items():
+            if label == FULL:
+                continue
+            row = class_of.get(v["id"])
+            if v["status"] == "failed" or row is None or full is None:
+                reason = (v.get("error") or "").splitlines()[0] if v.get("error") else (
+                    "the full pipeline failed on this model" if full is None else "not measured yet")
+                cells.append(Cell(model, label, tuned, FAILED, pipeline=v["pipeline_text"], error=reason))
+                continue
+            if row is full:
+                cells.append(Cell(model, label, tuned, SAME_IR, 1.0, 1.0, 1.0, row["median_ms"], full["median_ms"],
+                                  v["pipeline_text"]))
+                continue
+            ratio = row["median_ms"] / full["median_ms"]
+            low, high = row["ci_low"] / full["ci_high"], row["ci_high"] / full["ci_low"]
+            cells.append(Cell(model, label, tuned, _verdict(low, high), ratio, low, high, row["median_ms"],
+                              full["median_ms"], v["pipeline_text"]))
+    return cells
+
+
+def _order(cells: list[Cell], attribute: str, first: list[str]) -> list[str]:
+    seen = list(dict.fromkeys(first + [getattr(c, attribute) for c in cells]))
+    return [name for name in seen if any(getattr(c, attribute) == name for c in cells)]
+
+
+def heatmap(cells: list[Cell], models: list[str], labels: list[str], path: Path) -> Path:
+    """Models × variant labels, the slowdown when the pass is dropped (or changed), untuned and tuned side by side:
+    red where the pass pays, blue where it hurts, pale where the CI holds no change (marked ·), grey for the same IR
+    (=), black for a failed cell (x)."""
+    states = sorted({c.tuned for c in cells})
+    fig = Figure(figsize=(1.2 + 0.62 * len(labels) * len(states), 1.4 + 0.34 * len(models)))
+    axes = fig.subplots(1, len(states), squeeze=False)[0]
+    lookup = {(c.model, c.label, c.tuned): c for c in cells}
+    image = None
+    for ax, tuned in zip(axes, states):
+        values = np.full((len(models), len(labels)), np.nan)
+        for i, model in enumerate(models):
+            for j, label in enumerate(labels):
+                cell = lookup.get((model, label, tuned))
+                if cell is None:
+                    continue
+                if cell.ratio is not None and cell.verdict != SAME_IR:
+                    values[i, j] = np.clip(np.log2(cell.ratio), -1, 1) * (0.35 if cell.verdict == NOISE else 1)
+                mark = {SAME_IR: "=", FAILED: "x", NOISE: "·"}.get(cell.verdict, f"{cell.ratio - 1:+.0%}"
+                                                                   if cell.ratio is not None else "")
+                ax.text(j, i, mark, ha="center", va="center", fontsize=6.5,
+                        color="white" if cell.verdict == FAILED else "black")
+                if cell.verdict in (SAME_IR, FAILED):
+                    ax.add_patch(_square(j, i, "0.85" if cell.verdict == SAME_IR else "0.15"))
+        image = ax.imshow(values, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
+        ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=7)
+        ax.set_yticks(range(len(models)), models, fontsize=7)
+        ax.set_title("tuned" if tuned else "untuned", fontsize=9)
+    if image is not None:
+        bar = fig.colorbar(image, ax=list(axes), shrink=0.8)
+        bar.set_ticks([-1, 0, 1], labels=["2x faster\nwithout", "no change", "2x slower\nwithout"], fontsize=7)
+    fig.suptitle("slowdown when the pass is dropped (or changed); · within the 95% CI of no change", fontsize=9)
+    return save_png(fig, path)
+
+
+def _square(x: float, y: float, color: str):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x - 0.5, y - 0.5), 1, 1, color=color, zorder=0.5)
+
+
+def best_pipelines(rows: list[dict]) -> list[tuple[str, bool, dict]]:
+    """Per model and tuning state, its fastest measured class row."""
+    best: dict[tuple[str, bool], dict] = {}
+    for row in rows:
+        key = (row["grid"].get("model", ""), row["tuned"])
+        if key not in best or row["median_ms"] < best[key]["median_ms"]:
+            best[key] = row
+    return [(model, tuned, row) for (model, tuned), row in sorted(best.items())]
+
+
+def write_study(folder: Path, rows: list[dict], variants: list[dict]) -> list[str]:
+    """study.png, study.csv and the report's section (Markdown paragraphs); [] for a sweep that is no study."""
+    cells = study_cells(rows, variants)
+    if not cells:
+        return []
+    labels = _order(cells, "label", [])
+    models = _order(cells, "model", [])
+    picture = heatmap(cells, models, labels, folder / "study.png")
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(Cell.__dataclass_fields__))
+    writer.writeheader()
+    writer.writerows(asdict(cell) for cell in cells)
+    table_csv = atomic_write_text(folder / "study.csv", buffer.getvalue())
+    lookup = {(c.model, c.label, c.tuned): c for c in cells}
+    section = ["## What each pass buys, per model",
+               "Each cell: the model's median latency with the pass dropped (or changed) over its median with the "
+               "full pipeline, minus 1, and its conservative 95% interval; *pays* / *hurts* where the interval "
+               "excludes no change. `= (same IR)`: the pass changes nothing on that model.",
+               f"![passes per model]({picture.name})"]
+    for tuned in sorted({c.tuned for c in cells}):
+        section.append("### " + ("Tuned" if tuned else "Untuned"))
+        section.append(markdown_table(("model", *labels), [
+            [model, *[lookup[(model, label, tuned)].change + (f" ({lookup[(model, label, tuned)].verdict})"
+                                                              if lookup[(model, label, tuned)].verdict in (PAYS, HURTS)
+                                                              else "") if (model, label, tuned) in lookup else "—"
+                      for label in labels]] for model in models]))
+    section.append("### Best pipeline found per model")
+    full_of = {(c.model, c.tuned): c.full_ms for c in cells if c.full_ms}
+    section.append("\n".join(
+        f"- {model} ({'tuned' if tuned else 'untuned'}): `{row['pipeline_text']}` {row['median_ms']:.3f} ms"
+        + (f", {full_of[(model, tuned)] / row['median_ms']:.2f}x the full pipeline's "
+           f"{full_of[(model, tuned)]:.3f} ms" if (model, tuned) in full_of else "")
+        for model, tuned, row in best_pipelines(rows)))
+    section.append(f"Cells: [{table_csv.name}]({table_csv.name}).")
+    return section
