@@ -95,10 +95,10 @@ def _order(cells: list[Cell], attribute: str, first: list[str]) -> list[str]:
 
 def heatmap(cells: list[Cell], models: list[str], labels: list[str], path: Path) -> Path:
     """Models × variant labels, the slowdown when the pass is dropped (or changed), untuned and tuned side by side:
-    red where the pass pays, blue where it hurts, pale where the CI holds no change (marked ·), grey for the same IR
-    (=), black for a failed cell (x)."""
+    red where the pass pays, blue where it hurts, pale where the CI holds no change (its figure in grey italics),
+    grey for the same IR (=), black for a failed cell (x)."""
     states = sorted({c.tuned for c in cells})
-    fig = Figure(figsize=(1.2 + 0.62 * len(labels) * len(states), 1.4 + 0.34 * len(models)))
+    fig = Figure(figsize=(3.2 + 0.55 * len(labels) * len(states), 2.6 + 0.3 * len(models)), layout="constrained")
     axes = fig.subplots(1, len(states), squeeze=False)[0]
     lookup = {(c.model, c.label, c.tuned): c for c in cells}
     image = None
@@ -111,10 +111,10 @@ def heatmap(cells: list[Cell], models: list[str], labels: list[str], path: Path)
                     continue
                 if cell.ratio is not None and cell.verdict != SAME_IR:
                     values[i, j] = np.clip(np.log2(cell.ratio), -1, 1) * (0.35 if cell.verdict == NOISE else 1)
-                mark = {SAME_IR: "=", FAILED: "x", NOISE: "·"}.get(cell.verdict, f"{cell.ratio - 1:+.0%}"
-                                                                   if cell.ratio is not None else "")
+                mark = {SAME_IR: "=", FAILED: "x"}.get(cell.verdict, f"{(cell.ratio or 1) - 1:+.0%}")
                 ax.text(j, i, mark, ha="center", va="center", fontsize=6.5,
-                        color="white" if cell.verdict == FAILED else "black")
+                        color={FAILED: "white", NOISE: "0.5"}.get(cell.verdict, "black"),
+                        style="italic" if cell.verdict == NOISE else "normal")
                 if cell.verdict in (SAME_IR, FAILED):
                     ax.add_patch(_square(j, i, "0.85" if cell.verdict == SAME_IR else "0.15"))
         image = ax.imshow(values, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
@@ -124,7 +124,8 @@ def heatmap(cells: list[Cell], models: list[str], labels: list[str], path: Path)
     if image is not None:
         bar = fig.colorbar(image, ax=list(axes), shrink=0.8)
         bar.set_ticks([-1, 0, 1], labels=["2x faster\nwithout", "no change", "2x slower\nwithout"], fontsize=7)
-    fig.suptitle("slowdown when the pass is dropped (or changed); · within the 95% CI of no change", fontsize=9)
+    fig.suptitle("slowdown when the pass is dropped (or changed)\ngrey italic: within the 95% CI of no change, "
+                 "= same IR, x failed", fontsize=9)
     return save_png(fig, path)
 
 
