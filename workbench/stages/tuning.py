@@ -212,10 +212,14 @@ def tune_optimized(optimized: tvm.IRModule, target: tvm.target.Target, experimen
                                  shared=shared, profiled_us=profiled)
     tuned = Tuned(results, database, clock)
     if hot is not None and config.model_check and any(changed(result) for result in results):
-        with console.status("Profiling the tuned build: keeping what made the model faster…"):
-            tuned.check = keep_if_faster(optimized, plain, target, tasks, results, inputs, database,
-                                         schedule_sources(with_config, base_dir, target, "").database,
-                                         hot.executable, config.layout_rewrite)
+        try:
+            with console.status("Profiling the tuned build: keeping what made the model faster…"):
+                tuned.check = keep_if_faster(optimized, plain, target, tasks, results, inputs, database,
+                                             schedule_sources(with_config, base_dir, target, "").database,
+                                             hot.executable, config.layout_rewrite)
+        except Exception as exc:  # noqa: BLE001 - the search's records are in the database: keep them, say so
+            console.print(f"[yellow]![/] checking the tuned build in the model failed ({one_line(exc)}); every "
+                          f"tuned record is kept")
         clock.end_now()
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out_dir / TUNING_RECORD, tuned.as_dict())
