@@ -18,8 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-
-from tests.pause_points import PAUSE_ENV, REPO
+from pause_points import PAUSE_ENV, REPO
 
 pytestmark = [pytest.mark.slow]
 ray = pytest.importorskip("ray", reason="the `ray` extra is not installed (pip install -e '.[ray]')")
