@@ -112,8 +112,9 @@ def heatmap(cells: list[Cell], models: list[str], labels: list[str], path: Path)
                 if cell.ratio is not None and cell.verdict != SAME_IR:
                     values[i, j] = np.clip(np.log2(cell.ratio), -1, 1) * (0.35 if cell.verdict == NOISE else 1)
                 mark = {SAME_IR: "=", FAILED: "x"}.get(cell.verdict, f"{(cell.ratio or 1) - 1:+.0%}")
+                dark = cell.verdict == FAILED or abs(values[i, j]) > 0.6  # white figures on the deep colours
                 ax.text(j, i, mark, ha="center", va="center", fontsize=6.5,
-                        color={FAILED: "white", NOISE: "0.5"}.get(cell.verdict, "black"),
+                        color="white" if dark else "0.5" if cell.verdict == NOISE else "black",
                         style="italic" if cell.verdict == NOISE else "normal")
                 if cell.verdict in (SAME_IR, FAILED):
                     ax.add_patch(_square(j, i, "0.85" if cell.verdict == SAME_IR else "0.15"))
