@@ -15,7 +15,7 @@ from workbench.compile.targets import make_target
 from workbench.compile.tasks import task_cost
 from workbench.config import TargetConfig
 from workbench.measure.profile import VM_BUILTINS
-from workbench.stages.hot_kernels import hottest_first, profile_build, task_times
+from workbench.stages.hot_kernels import build_executable, hottest_first, profile_executable, task_times
 
 HOST = make_target(TargetConfig())
 
@@ -23,7 +23,7 @@ HOST = make_target(TargetConfig())
 def test_every_kernel_call_is_charged_to_its_task(quickstart):
     """The tasks' times add up to the profiled kernels' (every call of a kernel used three times included), and
     the order they give differs from FLOPs x uses: a pad has no FLOPs but takes time."""
-    profile = profile_build(quickstart["optimized"], HOST, quickstart["inputs"])
+    profile = profile_executable(build_executable(quickstart["optimized"], HOST), HOST, quickstart["inputs"])
     tasks = quickstart["tasks"]
     times = task_times(quickstart["plain"], profile, tasks)
     kernels_us = sum(k.us for k in profile.kernels if k.name != VM_BUILTINS)

@@ -16,18 +16,18 @@ from tvm.s_tir import meta_schedule as ms
 
 from workbench.cli import main
 from workbench.compile.databases import RECORDS_FILE, open_database
-from workbench.compile.gain import FLOOR, PRIOR, Gains, model_us_now
+from workbench.compile.gain import FLOOR, PRIOR, Gains
 from workbench.compile.targets import make_target
 from workbench.compile.tasks import TaskResult, task_records
 from workbench.config import TargetConfig
-from workbench.stages.hot_kernels import build_executable, profile_build, task_times
+from workbench.stages.hot_kernels import build_executable, profile_executable, task_times
 from workbench.stages.model_check import keep_if_faster
 
 HOST = make_target(TargetConfig())
 
 
 def result(name: str, profiled_us: float | None, best_us: float | None = None, **fields) -> TaskResult:
-    return TaskResult(name, 1, None, 0, best_us=best_us, start_us=best_us, profiled_us=profiled_us, **fields)
+    return TaskResult(name, 1, None, 0, best_us=best_us, profiled_us=profiled_us, **fields)
 
 
 def test_rounds_go_to_the_hottest_then_past_a_stalled_kernel_to_the_next():
@@ -37,7 +37,7 @@ def test_rounds_go_to_the_hottest_then_past_a_stalled_kernel_to_the_next():
     gains.began(0)
     results[0].best_us = 1990.0  # its first round won 0.5%: expected to win 0.5% of 7960 µs next, 40 µs
     gains.measured(0)
-    assert model_us_now(results[0]) == pytest.approx(8000 * 1990 / 2000)
+    assert gains.model_us_now(0) == pytest.approx(8000 * 1990 / 2000)
     assert gains.next() == 1  # conv_b's first round is expected to win PRIOR of 1600 µs (400 µs)
     gains.began(1)
     results[1].best_us = 200.0  # halved: it keeps its turn
@@ -59,7 +59,7 @@ def test_a_stalled_kernel_is_expected_to_win_the_floor_and_unprofiled_tasks_go_i
         gains.measured(0)
     assert gains.expected_share(0) == FLOOR
     unprofiled = [result("first", None), result("second", None), result("measured", None, 50.0)]
-    assert [model_us_now(r) for r in unprofiled] == [math.inf, math.inf, 50.0]
+    assert [Gains(unprofiled).model_us_now(i) for i in range(3)] == [math.inf, math.inf, 50.0]
     assert Gains(unprofiled).next() == 0 and Gains(unprofiled).expected_share(0) == PRIOR
 
 
@@ -68,7 +68,7 @@ def test_a_record_fast_alone_but_slow_in_the_model_is_dropped_and_the_others_kep
     0.1 µs, so the build picks it. The check profiles both builds in turn: the serial conv is many times slower in
     the model, so its record leaves the database file; the kernels it did not touch are the control, near 1."""
     plain, tasks = quickstart["plain"], quickstart["tasks"]
-    times = task_times(plain, profile_build(quickstart["optimized"], HOST, quickstart["inputs"]), tasks)
+    times = task_times(plain, profile_executable(build_executable(quickstart["optimized"], HOST), HOST, quickstart["inputs"]), tasks)
     slowest = max(range(len(tasks)), key=lambda i: times[i].us)
     database = open_database(tmp_path, create=True)
     serial = tvm.s_tir.Schedule(tasks[slowest].dispatched[0])

@@ -3,7 +3,7 @@
 "Tune for 10 minutes" is a promise to spend the minutes where the model gains. Filling fixed per-task budgets first
 broke it (tuning a 416² detector for 10 minutes stopped after 6.6 with 51 of its 58 kernels never searched, every
 round after the first pass going to one kernel that no round improved). So with a minutes budget each round goes
-to the task with the largest expected gain: its time in the model now (`model_us_now`) times the share of it one
+to the task with the largest expected gain: its time in the model now (`Gains.model_us_now`) times the share of it one
 more round is expected to win. A task not searched yet is expected to win PRIOR of its time (a default schedule
 against a tuned one, typically); a searched one what its last WINDOW rounds won per round, never less than FLOOR.
 So the hottest kernels of the profile go first, a kernel that keeps improving keeps its turn, one that stalls
@@ -20,17 +20,6 @@ from workbench.compile.tasks import TaskResult
 PRIOR = 0.25  # share of its time a task's first search round is expected to win
 FLOOR = 0.002  # the least a searched task is expected to win per round: stalled kernels come back, last
 WINDOW = 3  # rounds the expected gain of a searched task is read from
-
-
-def model_us_now(result: TaskResult) -> float:
-    """The task's time per inference as the model would be built now: its profiled time in the build before
-    tuning, scaled by how far tuning has brought its best kernel since (best µs x uses without a profile; inf for
-    a task neither profiled nor measured, so it is searched first, in the order given)."""
-    if result.profiled_us is not None:
-        if result.best_us is not None and result.start_us:
-            return result.profiled_us * result.best_us / result.start_us
-        return result.profiled_us
-    return result.best_us * result.weight if result.best_us is not None else math.inf
 
 
 def searchable(result: TaskResult) -> bool:
@@ -65,8 +54,19 @@ class Gains:
         then, now, rounds = bests[max(0, len(bests) - 1 - WINDOW)], bests[-1], min(WINDOW, len(bests) - 1)
         return max(FLOOR, (then - now) / then / rounds)
 
+    def model_us_now(self, index: int) -> float:
+        """The task's time per inference as the model would be built now: its profiled time in the build before
+        tuning, scaled by how far this run's rounds have brought its best kernel from where its search began (best
+        µs x uses without a profile; inf for a task neither profiled nor measured, so it is searched first, in the
+        order given)."""
+        result = self.results[index]
+        if result.profiled_us is not None:
+            bests = self.bests.get(index)
+            return result.profiled_us * bests[-1] / bests[0] if bests else result.profiled_us
+        return result.best_us * result.weight if result.best_us is not None else math.inf
+
     def expected_us(self, index: int) -> float:
-        return model_us_now(self.results[index]) * self.expected_share(index)
+        return self.model_us_now(index) * self.expected_share(index)
 
     def next(self) -> int | None:
         """The index of the task the next round goes to (ties to the first); None when none can take one."""

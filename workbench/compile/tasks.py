@@ -49,7 +49,6 @@ class TaskResult:
     profiled_us: float | None = None  # its kernels' time in the build profiled before tuning (stages/hot_kernels.py)
     failed: str | None = None  # why MetaSchedule's search of it stopped with an error (the other tasks go on)
     best_before_us: float | None = None  # the database's best for it when the run began (None: it had none)
-    start_us: float | None = None  # best µs before its first search round of this run (the database's, or its seeds')
     seconds: float = 0.0  # wall-clock seconds spent on it (seeds, search rounds, checks)
     model_us: float | None = None  # its kernels' time in the tuned build (stages/model_check.py, medians)
     model_before_us: float | None = None  # and in the build before tuning, profiled in turn with it
@@ -74,7 +73,6 @@ class TaskResult:
                 "trials_run": self.trials_run, "exhausted": self.exhausted, "best_us": self.best_us,
                 "rejected": self.rejected, "seeded_from": self.seeded_from,
                 "profiled_us": self.profiled_us, "failed": self.failed, "best_before_us": self.best_before_us,
-                "start_us": self.start_us,
                 "seconds": round(self.seconds, 2), "model_us": self.model_us, "model_before_us": self.model_before_us,
                 "slower_in_model": self.slower_in_model}
 
@@ -187,6 +185,5 @@ def plan(tasks: list[ms.ExtractedTask], database: ms.database.Database, database
 
     return [TaskResult(t.task_name, int(t.weight), budget(cost), trials_done(database, t.dispatched[0]),
                        exhausted=_workload_key(t.dispatched[0]) in exhausted,
-                       best_us=(best := best_latency_us(database, t.dispatched[0])), best_before_us=best,
-                       start_us=best)
+                       best_us=(best := best_latency_us(database, t.dispatched[0])), best_before_us=best)
             for t, cost in zip(tasks, costs)]

@@ -394,7 +394,6 @@ def tune_tasks(tasks: list[ms.ExtractedTask], target: tvm.target.Target, config:
                     if result.trials == 0:
                         want -= seed_first_records(index, want)
                         verify(index)
-                        result.start_us = result.best_us
                     gains.began(index)
                     if want > 0 and not (clock.spent() and result.trials_run):  # a run measures its first round
                         tune_one(index, want)

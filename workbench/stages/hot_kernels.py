@@ -53,12 +53,6 @@ def profile_executable(executable: tvm.runtime.Module, target: tvm.target.Target
     return tvm_profile(executable, inputs, device_for(target), WARMUP, RUNS, label="current build")
 
 
-def profile_build(optimized: tvm.IRModule, target: tvm.target.Target, inputs: dict[str, np.ndarray], database=None,
-                  layout_rewrite: bool = False) -> Profile:
-    """Build `optimized` with `database` (None: default schedules only) and profile it on `inputs`."""
-    return profile_executable(build_executable(optimized, target, database, layout_rewrite), target, inputs)
-
-
 def task_times(plain: tvm.IRModule, profile: Profile, tasks: list[ms.ExtractedTask]) -> list[TaskTime]:
     """Each task's share of `profile`: the summed time of the kernels of `plain` (the module tasks are extracted
     from, compile/tasks.py `tuning_module`) that are its workload, in the order of `tasks`. A task none of whose

@@ -167,15 +167,14 @@ class Sweep:
         return self.section.orderings if isinstance(self.section.orderings, Search) else None
 
     def make_variants(self, specs: list[PassSpec], ablation: str | None = None,
-                      models: list[ModelCase] | None = None) -> list[Variant]:
-        """The variants of one pipeline: models (default: the study's) × grid × repeats (× untuned, tuned);
+                      case: ModelCase | None = None) -> list[Variant]:
+        """The variants of one pipeline (of one study model, `case`): grid × repeats (× untuned, tuned);
         validated, not yet added. A study's model is part of each variant's grid (`model: NAME`), as the setting it
         was measured in."""
         grid_keys = list(self.section.grid)
         made = []
         text = pipeline_spec.to_text(specs)
-        for case, combo in itertools.product(models or self.models or [None], itertools.product(
-                *(self.section.grid[k] for k in grid_keys))):
+        for combo in itertools.product(*(self.section.grid[k] for k in grid_keys)):
             grid = ({"model": case.name} if case else {}) | dict(zip(grid_keys, combo))
             for tuned in ((False, True) if self.tuning is not None else (False,)):
                 data = case.apply(copy.deepcopy(self.base)) if case else copy.deepcopy(self.base)
@@ -349,7 +348,7 @@ def load_sweep(path: Path, base_dir: Path | None = None, overrides: list[str] = 
                   models)
     for case in models or [None]:  # a study's variants model by model: a partial run has whole models
         for label, specs in orderings:
-            sweep.add(sweep.make_variants(specs, label, [case] if case else None))
+            sweep.add(sweep.make_variants(specs, label, case))
     if not sweep.variants and search is None:
         raise UserError(f"the sweep expands to zero variants: {path}")
     return sweep

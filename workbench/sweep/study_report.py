@@ -88,9 +88,9 @@ def study_cells(rows: list[dict], variants: list[dict]) -> list[Cell]:
     return cells
 
 
-def _order(cells: list[Cell], attribute: str, first: list[str]) -> list[str]:
-    seen = list(dict.fromkeys(first + [getattr(c, attribute) for c in cells]))
-    return [name for name in seen if any(getattr(c, attribute) == name for c in cells)]
+def _order(cells: list[Cell], attribute: str) -> list[str]:
+    """The distinct values of a cell attribute (model, label) in the order the cells first have them."""
+    return list(dict.fromkeys(getattr(c, attribute) for c in cells))
 
 
 def heatmap(cells: list[Cell], models: list[str], labels: list[str], path: Path) -> Path:
@@ -151,8 +151,8 @@ def write_study(folder: Path, rows: list[dict], variants: list[dict]) -> list[st
     cells = study_cells(rows, variants)
     if not cells:
         return []
-    labels = _order(cells, "label", [])
-    models = _order(cells, "model", [])
+    labels = _order(cells, "label")
+    models = _order(cells, "model")
     picture = heatmap(cells, models, labels, folder / "study.png")
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(Cell.__dataclass_fields__))
