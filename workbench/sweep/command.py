@@ -60,7 +60,8 @@ def cmd_sweep(args: argparse.Namespace, stdout: Console, stderr: Console) -> int
 
 
 def add_parser(verbs, stdout: Console, stderr: Console) -> argparse.ArgumentParser:
-    sweep = verbs.add_parser("sweep", help="run many variants (orderings × grid) in crash-isolated workers, rank them")
+    sweep = verbs.add_parser("sweep", help="run many variants (orderings × grid, or a study: models × an ablation "
+                                         "of a pipeline) in crash-isolated workers, rank them")
     sweep.add_argument("sweep_file", metavar="SWEEP.yaml", help="sweep file (base experiment + what to vary)")
     sweep.add_argument("--workers", type=int, metavar="N", help="worker processes (default: the file's sweep.workers)")
     sweep.add_argument("--resume", action="store_true", help="continue a sweep: skip variants already done")
