@@ -61,6 +61,9 @@ def test_a_study_expands_model_by_model_and_refuses_orderings_beside_ablation(tm
         (model, label) for model in ("convnet_small", "transformer_block")
         for label in (FULL, "-fold_constant", "-fuse", "fuse(opt_level=1)", "-dce")]
     assert sweep.variants[0].config["name"] == "convnet_small"
+    full = {v.grid["model"]: v for v in sweep.variants if v.ablation == FULL}
+    assert all(v.reference is None if v.ablation == FULL else v.reference == full[v.grid["model"]].config
+               for v in sweep.variants)  # each variant is timed beside its own model's full pipeline
     with pytest.raises(UserError, match="remove sweep.orderings"):
         load_sweep(write_study(tmp_path, {"models": ["convnet_small"], "ablation": "default",
                                           "orderings": ["fuse,dce"]}))
@@ -84,6 +87,12 @@ def test_a_small_study_runs_and_reports_every_model_and_pass(tmp_path, capsys):
     assert by[("convnet_small", "-fold_batchnorm")]["verdict"] != SAME_IR  # it has batch norms to fold
     unfused = by[("convnet_small", "-fuse")]
     assert float(unfused["median_ms"]) > 0 and float(unfused["low"]) <= float(unfused["ratio"]) <= float(unfused["high"])
+    assert unfused["paired"] == "True"  # timed beside the full pipeline's build, in the same process
+    from workbench.record.result import RunResult
+
+    run = RunResult.read(out / "variants" / _variant_id(out, "-fuse"))
+    assert float(unfused["ratio"]) == pytest.approx(run.measurements["workbench"].median_ms
+                                                    / run.measurements[FULL].median_ms)
     assert matplotlib.image.imread(out / "study.png").shape[2] in (3, 4)
     report = (out / "report.md").read_text()
     assert "## What each pass buys, per model" in report and "| transformer_block |" in report
@@ -97,3 +106,8 @@ def _variants(out: Path) -> list[dict]:
     with sqlite3.connect(out / "results.sqlite") as db:
         db.row_factory = sqlite3.Row
         return [dict(r) for r in db.execute("SELECT id, status, ablation FROM sweep_variants")]
+
+
+def _variant_id(out: Path, label: str) -> str:
+    """The id of the convnet_small variant with this ablation label (the first model's)."""
+    return next(r["id"] for r in _variants(out) if r["ablation"] == label)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from workbench.compile.build import Built
 from workbench.compile.build_cache import BuildCache
 from workbench.compile.schedule_sources import schedule_sources
 from workbench.compile.targets import make_target, target_key
@@ -40,11 +41,12 @@ def stepper(console: Console) -> Step:
 def run_experiment(experiment: Experiment, base_dir: Path, console: Console | None = None,
                    dump_ir: Path | None = None, store: bool = True, builds: BuildCache | None = None,
                    config_path: Path | None = None, prepared: Prepared | None = None,
-                   optimized: Optimized | None = None) -> RunResult:
+                   optimized: Optimized | None = None, beside: dict[str, Built] | None = None) -> RunResult:
     """Run the experiment, write its files and (with `store`) its store row; return its RunResult. A baseline that
     cannot run is reported and the run goes on; when it is the accuracy reference, every label is still measured and
     written, then ReferenceFailed (carrying the result) is raised. A sweep passes store=False, one `builds` cache for
-    a worker's runs and the `prepared`/`optimized` models it holds; `config_path` only shows in a tuning hint."""
+    a worker's runs and the `prepared`/`optimized` models it holds, and `beside` other TVM builds of the model to
+    time with it under their labels (a study's full pipeline); `config_path` only shows in a tuning hint."""
     console = console or Console(stderr=True)
     step = stepper(console)
     out_dir = recording.writable_output(experiment.output_dir(base_dir))
@@ -69,7 +71,7 @@ def run_experiment(experiment: Experiment, base_dir: Path, console: Console | No
         built = build(optimized, target, sources, experiment.layout_rewrite, builds, out_dir / WORKBENCH_LIBRARY)
     recording.note_built(result, built, sources, experiment.layout_rewrite, console)
     measured = measure(experiment, prepared, built, place, out_dir, builds, step,
-                       done=lambda label: recording.note_label(result, label, out_dir))
+                       done=lambda label: recording.note_label(result, label, out_dir), beside=beside)
     if experiment.profile is not None:
         with step(f"Profiling workbench kernels and ort_all nodes ({experiment.profile.runs} runs)"):
             result.profile = profiles(experiment, prepared, place, out_dir)

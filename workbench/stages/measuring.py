@@ -93,13 +93,15 @@ def _note(experiment: Experiment, label: str, target: tvm.target.Target) -> str 
 
 
 def _set_up(measured: LabelMeasured, experiment: Experiment, prepared: Prepared, built: Built, place: Place,
-            bench: Bench, cache: BuildCache | None) -> Runner | None:
+            bench: Bench, cache: BuildCache | None, beside: dict[str, Built]) -> Runner | None:
     """Build (a TVM baseline), start and run the label once, noting what each step gave in `measured`; no runner
     for a TVM label where no device is (its note says why)."""
     label = measured.label
     tvm_build = None
     if label == WORKBENCH_LABEL:
         tvm_build = built
+    elif label in beside:
+        tvm_build = beside[label]
     elif runs_on_tvm(label):
         def make() -> Built:
             return BASELINE_BUILDS[label](prepared.imported, prepared.target)
@@ -133,20 +135,23 @@ Step = Callable[[str], AbstractContextManager]  # a stage's title -> a context t
 
 def measure(experiment: Experiment, prepared: Prepared, built: Built, place: Place, out_dir: Path,
             cache: BuildCache | None = None, step: Step = lambda _: nullcontext(),
-            done: Callable[[LabelMeasured], None] = lambda _: None) -> Measured:
+            done: Callable[[LabelMeasured], None] = lambda _: None, beside: dict[str, Built] | None = None
+            ) -> Measured:
     """Every label set up and run once, then timed: with one round each label right after its set-up (its runtime
-    released before the next), with more all of them in interleaved rounds. The workbench build (its library
-    already exported to `out_dir`) must run; a baseline that cannot, at set-up or while timed, keeps its reason and
-    the others go on. `done` is called after each label changes."""
+    released before the next), with more all of them in interleaved rounds. `beside` adds other TVM builds of the
+    model under their labels. The workbench build (its library already exported to `out_dir`) must run; a baseline
+    that cannot, at set-up or while timed, keeps its reason and the others go on. `done` is called after each label
+    changes."""
     protocol = experiment.measure
+    beside = beside or {}
     bench = Bench(prepared.canonical, prepared.inputs, prepared.target, out_dir, place.session)
     labels = {label: LabelMeasured(label, note=_note(experiment, label, prepared.target))
-              for label in labels_of(experiment, prepared.target)}
+              for label in [*labels_of(experiment, prepared.target), *beside]}
     runners: dict[str, Runner] = {}
     for label, measured in labels.items():
         with step(f"Running {label}"):
             try:
-                runner = _set_up(measured, experiment, prepared, built, place, bench, cache)
+                runner = _set_up(measured, experiment, prepared, built, place, bench, cache, beside)
             except Exception as exc:  # a baseline that cannot run is reported, the run goes on
                 _failed(measured, exc)
                 runner = None

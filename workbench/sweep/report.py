@@ -52,6 +52,28 @@ def _ci_over_repeats(medians: list[float]) -> tuple[float, float]:
     return median_ci95(np.asarray(medians, dtype=float))
 
 
+def _ci(measurement) -> tuple[float, float]:
+    """A measurement's bootstrap CI of its median (an extra figure of the stored Timing), else the median alone."""
+    return tuple(getattr(measurement, "ci95_ms", None) or (measurement.median_ms, measurement.median_ms))
+
+
+def _paired_ratio(ours, theirs) -> tuple[float, float, float]:
+    """Our median over another label's of the same run (timed in the same process and rounds), with a
+    conservative 95% interval: the two bootstrap CIs taken at their far ends."""
+    our_low, our_high = _ci(ours)
+    their_low, their_high = _ci(theirs)
+    return ours.median_ms / theirs.median_ms, our_low / their_high, our_high / their_low
+
+
+def _over_repeats(ratios: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """One run's paired ratio as it is; over repeats, the median ratio and a bootstrap CI over the repeats."""
+    if len(ratios) == 1:
+        return ratios[0]
+    medians = [r[0] for r in ratios]
+    low, high = _ci_over_repeats(medians)
+    return float(np.median(medians)), float(low), float(high)
+
+
 def ranked_rows(folder: Path) -> tuple[list[dict], list[dict], dict]:
     """(ranked class rows, failed variant rows, sweep metadata)."""
     meta, variants, results = _load(folder)
@@ -72,13 +94,14 @@ def ranked_rows(folder: Path) -> tuple[list[dict], list[dict], dict]:
         if len(medians) > 1:
             low, high = _ci_over_repeats(medians)
         else:
-            low, high = getattr(ours[0], "ci95_ms", None) or (medians[0], medians[0])  # a Timing's extra figure
+            low, high = _ci(ours[0])
         median = float(np.median(medians))
-        speedups = defaultdict(list)
+        speedups, against = defaultdict(list), defaultdict(list)
         for r in runs.values():
             for label, m in r.measurements.items():
                 if label != WORKBENCH_LABEL and m.median_ms:
                     speedups[label].append(m.median_ms / r.measurements[WORKBENCH_LABEL].median_ms)
+                    against[label].append(_paired_ratio(r.measurements[WORKBENCH_LABEL], m))
         accuracy = [r.accuracy[WORKBENCH_LABEL].ok if WORKBENCH_LABEL in r.accuracy else None for r in runs.values()]
         distinct = sorted({m["pipeline_text"] for m in members}, key=lambda t: min(
             x["position"] for x in members if x["pipeline_text"] == t))
@@ -88,6 +111,7 @@ def ranked_rows(folder: Path) -> tuple[list[dict], list[dict], dict]:
             "members": sorted({m["id"] for m in members}), "grid": json.loads(members[0]["grid_json"] or "{}"),
             "repeats": len(runs), "median_ms": median, "ci_low": float(low), "ci_high": float(high),
             "speedup": {label: float(np.median(vals)) for label, vals in sorted(speedups.items())},
+            "against": {label: _over_repeats(vals) for label, vals in sorted(against.items())},
             "kernels": first.kernels.get(WORKBENCH_LABEL),
             "accuracy_ok": None if None in accuracy else all(accuracy),
             "structural_hash": members[0]["structural_hash"],

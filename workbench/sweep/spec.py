@@ -43,7 +43,7 @@ from workbench.config import (
 )
 from workbench.config.pipeline_spec import PassSpec
 from workbench.errors import UserError
-from workbench.sweep.study import Ablation, ModelCase, ModelsField, ablation_pipelines, model_cases
+from workbench.sweep.study import FULL, Ablation, ModelCase, ModelsField, ablation_pipelines, model_cases
 
 SWEEP_MARKER = "sweep.json"
 DATABASE_DEFAULT = "schedules"  # a tuned sweep's database root inside its output folder, unless configured
@@ -131,6 +131,8 @@ class Variant:
     config: dict  # the validated experiment, JSON mode, with its output and results set
     tuned: bool = False
     ablation: str | None = None  # its label in an ablation (sweep/study.py): `full`, `-fuse`, `fuse(opt_level=1)`
+    reference: dict | None = None  # an ablation variant's full pipeline (same model, grid, tuning, repeat): its
+    # config, built and timed beside the variant in one process so their ratio is free of process-to-process noise
 
     @property
     def ir_key(self) -> str:
@@ -209,6 +211,19 @@ class Sweep:
                 self.variants.append(v)
                 known[v.id] = v
         return [known[v.id] for v in variants]
+
+
+def _paired_with_full(variants: list[Variant]) -> list[Variant]:
+    """Each ablation variant given its full pipeline's config as its `reference` (the `full` variant of the same
+    grid, tuning state and repeat); the full variants, and variants outside an ablation, have none."""
+    def setting(v: Variant) -> tuple:
+        return json.dumps(v.grid, sort_keys=True), v.tuned, v.repeat
+
+    full = {setting(v): v for v in variants if v.ablation == FULL}
+    for v in variants:
+        if v.ablation not in (None, FULL) and setting(v) in full:
+            v.reference = full[setting(v)].config
+    return variants
 
 
 def short_digest(obj: Any) -> str:
@@ -347,8 +362,7 @@ def load_sweep(path: Path, base_dir: Path | None = None, overrides: list[str] = 
     sweep = Sweep(path, name, output, raw.plugins, raw.sweep, permuted, base, base_origin, tuning, database_root,
                   models)
     for case in models or [None]:  # a study's variants model by model: a partial run has whole models
-        for label, specs in orderings:
-            sweep.add(sweep.make_variants(specs, label, case))
+        sweep.add(_paired_with_full([v for label, specs in orderings for v in sweep.make_variants(specs, label, case)]))
     if not sweep.variants and search is None:
         raise UserError(f"the sweep expands to zero variants: {path}")
     return sweep

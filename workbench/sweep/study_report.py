@@ -1,9 +1,11 @@
 """What each pass of an ablation buys on each model: the study's cells, heatmap, table, CSV and best pipelines.
 
 A cell is (model, variant label, untuned or tuned): the variant's median latency over the full pipeline's, both
-of the same model and the same tuning state. Its 95% interval is the ratio of the two medians' bootstrap CIs taken
-at their far ends (the variant's low over the full's high, and the other way round): conservative, so a cell
-marked significant is. A variant whose optimized IR equals the full pipeline's is the same build ("same IR": the
+of the same model and the same tuning state. A study's variant runs time the full pipeline's build beside their
+own, in interleaved rounds of the same process (label `full`), and the cell's ratio is read from that run
+(`paired`); a run without it is compared with the full pipeline's own run, timed in another process. Its 95%
+interval is the ratio of the two medians' bootstrap CIs taken at their far ends (the variant's low over the full's
+high, and the other way round): conservative, so a cell marked significant is. A variant whose optimized IR equals the full pipeline's is the same build ("same IR": the
 pass does nothing on that model); a variant that broke the model is a failed cell with its reason.
 """
 
@@ -42,6 +44,7 @@ class Cell:
     full_ms: float | None = None
     pipeline: str = ""
     error: str = ""
+    paired: bool = False  # the ratio was timed in one process, interleaved with the full pipeline's build
 
     @property
     def change(self) -> str:
@@ -81,10 +84,11 @@ def study_cells(rows: list[dict], variants: list[dict]) -> list[Cell]:
                 cells.append(Cell(model, label, tuned, SAME_IR, 1.0, 1.0, 1.0, row["median_ms"], full["median_ms"],
                                   v["pipeline_text"]))
                 continue
-            ratio = row["median_ms"] / full["median_ms"]
-            low, high = row["ci_low"] / full["ci_high"], row["ci_high"] / full["ci_low"]
+            paired = row.get("against", {}).get(FULL)
+            ratio, low, high = paired or (row["median_ms"] / full["median_ms"], row["ci_low"] / full["ci_high"],
+                                          row["ci_high"] / full["ci_low"])
             cells.append(Cell(model, label, tuned, _verdict(low, high), ratio, low, high, row["median_ms"],
-                              full["median_ms"], v["pipeline_text"]))
+                              full["median_ms"], v["pipeline_text"], paired=paired is not None))
     return cells
 
 

@@ -55,8 +55,9 @@ class VariantRunner:
 
         self.builds = BuildCache()  # compiled modules by IR, reused across this process's runs
 
-    def __call__(self, kind: str, config: dict) -> tuple[str, Any]:
-        """("ok", structural hash) for a "hash" task, ("ok", {"result", "median_ms"}) for a "run" task,
+    def __call__(self, kind: str, config: dict, reference: dict | None = None) -> tuple[str, Any]:
+        """("ok", structural hash) for a "hash" task, ("ok", {"result", "median_ms"}) for a "run" task (with a
+        `reference` config, that pipeline's build timed beside the variant's under the label `full`),
         ("error", message) when the variant raises."""
         import traceback
 
@@ -68,7 +69,7 @@ class VariantRunner:
 
                 optimized = self.optimized_module(experiment, config).module
                 return "ok", f"{tvm_ffi.structural_hash(optimized) & 0xFFFFFFFFFFFFFFFF:016x}"
-            return "ok", self._run(experiment, config)
+            return "ok", self._run(experiment, config, reference)
         except BaseException as exc:  # noqa: BLE001 - everything a variant raises is its failure
             traceback.print_exc()
             return "error", f"{exc.__class__.__name__}: {exc}".strip()
@@ -105,28 +106,42 @@ class VariantRunner:
                 self.optimized.pop(next(iter(self.optimized)))
         return self.optimized[key]
 
-    def _run(self, experiment: Experiment, config: dict) -> dict:
+    def reference_build(self, reference: dict):
+        """The build of a study variant's full pipeline (compiled once per process: BuildCache)."""
+        from workbench.compile.schedule_sources import schedule_sources
+        from workbench.stages import build
+
+        experiment = validate(reference, "study reference")
+        prepared = self.prepared(experiment)
+        sources = schedule_sources(experiment, Path(self.setup.base_dir), prepared.target, "workbench sweep")
+        return build(self.optimized_module(experiment, reference), prepared.target, sources,
+                     experiment.layout_rewrite, self.builds)
+
+    def _run(self, experiment: Experiment, config: dict, reference: dict | None) -> dict:
         import io
 
         from rich.console import Console
 
         from workbench.experiment import run_experiment
+        from workbench.sweep.study import FULL
 
         optimized = self.optimized_module(experiment, config)  # usually run already, by this worker's hash task
+        beside = {FULL: self.reference_build(reference)} if reference is not None else None
         result = run_experiment(experiment, Path(self.setup.base_dir), console=Console(file=io.StringIO()), store=False,
-                                builds=self.builds, prepared=self.prepared(experiment), optimized=optimized)
+                                builds=self.builds, prepared=self.prepared(experiment), optimized=optimized,
+                                beside=beside)
         return {"result": result.to_json(), "median_ms": result.measurements[WORKBENCH_LABEL].median_ms}
 
 
 _RUNNER: VariantRunner | None = None
 
 
-def run_variant_task(setup: WorkerSetup, kind: str, config: dict) -> tuple[str, Any]:
+def run_variant_task(setup: WorkerSetup, kind: str, config: dict, reference: dict | None = None) -> tuple[str, Any]:
     """The variant function both executors call (a worker process keeps one VariantRunner per sweep)."""
     global _RUNNER
     if _RUNNER is None or _RUNNER.setup != setup:
         _RUNNER = VariantRunner(setup)
-    return _RUNNER(kind, config)
+    return _RUNNER(kind, config, reference)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,14 +172,14 @@ def child_process_setup(log_path: str) -> None:
 
 
 def _worker_main(conn, log_path: str, setup: WorkerSetup) -> None:
-    """Worker loop: receive (kind, config) tasks, answer with `run_variant_task`."""
+    """Worker loop: receive (kind, config, reference) tasks, answer with `run_variant_task`."""
     child_process_setup(log_path)
     while True:
         try:
-            kind, config = conn.recv()
+            kind, config, reference = conn.recv()
         except (EOFError, OSError):
             return
-        conn.send(run_variant_task(setup, kind, config))
+        conn.send(run_variant_task(setup, kind, config, reference))
 
 
 def worker_setup(sweep: Sweep, base_dir: Path, workers: int) -> WorkerSetup:
@@ -199,7 +214,7 @@ class _Worker:
     def assign(self, task: tuple, timeout_s: float) -> None:
         self.task = task
         self.deadline = time.monotonic() + timeout_s
-        self.conn.send((task[1], task[2]))
+        self.conn.send((task[1], task[2], task[4]))
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -233,7 +248,7 @@ class LocalPool:
         self.pool: list[_Worker] = []
 
     def run(self, pending: deque, on_done) -> None:
-        """Run (key, kind, config, preferred worker) tasks; `on_done(key, ok, value, worker_index)` for each.
+        """Run (key, kind, config, preferred worker, reference) tasks; `on_done(key, ok, value, worker_index)` for each.
 
         A task preferring a worker (the one that ran its pipeline already) waits for it while that worker is
         busy; an idle worker with nothing routed to it takes such a task only when no busy worker is running
@@ -264,7 +279,7 @@ class LocalPool:
             for i, w in enumerate(pool):
                 if w.task is None:
                     continue
-                key, kind, _config, _prefer = w.task
+                key, kind = w.task[:2]
                 failure = None
                 try:
                     if w.conn.poll():
