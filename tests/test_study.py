@@ -64,6 +64,11 @@ def test_a_study_expands_model_by_model_and_refuses_orderings_beside_ablation(tm
     full = {v.grid["model"]: v for v in sweep.variants if v.ablation == FULL}
     assert all(v.reference is None if v.ablation == FULL else v.reference == full[v.grid["model"]].config
                for v in sweep.variants)  # each variant is timed beside its own model's full pipeline
+    from workbench.sweep.driver import model_batches
+
+    assert [{v.grid["model"] for v in batch} for batch in model_batches(sweep.variants, tuned=False)] == [
+        {"convnet_small"}, {"transformer_block"}]  # hashed and measured model by model
+    assert len(model_batches(sweep.variants, tuned=True)) == 1  # one tuning over every model's kernels
     with pytest.raises(UserError, match="remove sweep.orderings"):
         load_sweep(write_study(tmp_path, {"models": ["convnet_small"], "ablation": "default",
                                           "orderings": ["fuse,dce"]}))

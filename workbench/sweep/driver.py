@@ -15,9 +15,19 @@ from workbench.runtime.heartbeat import heartbeat
 from workbench.sweep.pools import make_pool
 from workbench.sweep.run import SweepRun, write_marker
 from workbench.sweep.search import OrderingSearch
-from workbench.sweep.spec import Sweep
+from workbench.sweep.spec import Sweep, Variant
 from workbench.sweep.store import SweepStore
 from workbench.sweep.tuning import read_tuning_summary
+
+
+def model_batches(variants: list[Variant], tuned: bool) -> list[list[Variant]]:
+    """An untuned study's variants model by model (hashed, then measured, one model at a time: a stopped study
+    has whole models, and a worker still holds the model's optimized modules when it measures them); one batch
+    otherwise (a tuned sweep tunes the union of every model's kernels once, so it hashes them all first)."""
+    batches: dict[str, list[Variant]] = {}
+    for v in variants:
+        batches.setdefault(v.grid.get("model", "") if v.ablation is not None and not tuned else "", []).append(v)
+    return list(batches.values())
 
 
 def run_sweep(sweep: Sweep, base_dir: Path, *, workers: int | None = None, resume: bool = False,
@@ -50,7 +60,8 @@ def run_sweep(sweep: Sweep, base_dir: Path, *, workers: int | None = None, resum
                         if sweep.search is not None:
                             OrderingSearch(sweep, run).run()
                         else:
-                            run.measure(todo, run.hash(todo))
+                            for batch in model_batches(todo, sweep.tuning is not None):
+                                run.measure(batch, run.hash(batch))
                     except BaseException:
                         run.end_mlflow(failed=True)
                         raise

@@ -102,7 +102,7 @@ class VariantRunner:
         key = ir_key(config)
         if key not in self.optimized:
             self.optimized[key] = optimize(self.prepared(experiment), experiment.pipeline)
-            while len(self.optimized) > 8:  # bound the memory: drop the oldest
+            while len(self.optimized) > 16:  # bound the memory (a study's model has 13 variants): drop the oldest
                 self.optimized.pop(next(iter(self.optimized)))
         return self.optimized[key]
 
