@@ -16,6 +16,8 @@ from workbench.config.pipeline_spec import PassSpec, parse_text
 _CPU_DEFAULT = ("fold_constant,fold_batchnorm,conv_transpose_as_conv,conv1d_as_conv2d,convert_layout(conv2d=NHWC),"
                 "fold_constant,pack_conv2d,pack_matmul,fast_math,fuse,dce")
 _CORE = "fold_constant,fold_batchnorm,fuse,dce"
+# The CPU default with convs and matmuls in bf16 where they can be (passes/bf16.py), for CPUs with AVX512_BF16.
+_CPU_BF16 = _CPU_DEFAULT.replace(",pack_conv2d,", ",bf16,pack_conv2d,")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class NamedPipeline:
 NAMED_PIPELINES: dict[str, NamedPipeline] = {p.name: p for p in (
     NamedPipeline("default", "the best general pipeline for the target: any model, untuned or tuned",
                   {"llvm": _CPU_DEFAULT, "cuda": _CORE}),
+    NamedPipeline("default_bf16", "default with conv2d and matmul in bf16, fp32 sums (CPUs with AVX512_BF16 only)",
+                  {"llvm": _CPU_BF16}),
     NamedPipeline("core", "fold constants and batch norms, fuse, clean up: valid for every model and target",
                   {"*": _CORE}),
 )}

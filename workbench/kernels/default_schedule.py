@@ -12,15 +12,15 @@ from tvm.s_tir import Schedule
 
 from workbench.kernels.gemm_schedule import gemm_schedule
 from workbench.kernels.loop_schedule import log_plain_loops, loop_schedule
-from workbench.kernels.packed_conv import int8_kind
+from workbench.kernels.packed_conv import runs_on
 from workbench.kernels.packed_schedule import packed_kind, packed_schedule
 from workbench.kernels.row_schedule import row_schedule
 
 
 def default_schedule(func, target: tvm.target.Target) -> Schedule | None:
-    """The default schedule of a CPU kernel, or None (already scheduled, a contraction other than a matmul, an
-    integer kernel whose dot product is not the CPU's (`int8_kind`: a VNNI kernel on an AVX2 CPU, either kind
-    without AVX2), or a schedule that does not fit)."""
+    """The default schedule of a CPU kernel, or None (already scheduled, a contraction other than a matmul, a
+    packed kernel whose dot product is not the CPU's (`runs_on`: a VNNI kernel on an AVX2 CPU, a bf16 kernel
+    without AVX512_BF16), or a schedule that does not fit)."""
     if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs and func.attrs.get("tirx.is_scheduled")):
         return None
     kind = packed_kind(func)
@@ -30,7 +30,7 @@ def default_schedule(func, target: tvm.target.Target) -> Schedule | None:
             if sch is not None:
                 return sch
         return None
-    if kind.dot is not None and kind != int8_kind(target):  # its dot product is not this CPU's
+    if not runs_on(kind, target):  # its dot product is not this CPU's
         return None
     return packed_schedule(func, kind, target)
 

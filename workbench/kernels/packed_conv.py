@@ -11,6 +11,8 @@ One kernel, several kinds (`PackedKind`):
   `vpmaddubsw` + `vpmaddwd` on two ymm registers (x86_int8.py: `AVX2_DOT_16x4`), exact for 7-bit weights only
   (|w| <= 64: the int8 lowering quantizes weights to [-63, 63] on these CPUs, as ONNX Runtime does).
   `int8_kind(target)` says which of the two a target gets.
+- `BF16`, for the `bf16` pass on CPUs with AVX512_BF16: bf16 activations and weights, fp32 sums; `vdpbf16ps` adds
+  to each of 16 fp32 lanes the dot product of 2 bf16 activations with 2 bf16 weights (kernels/x86_bf16.py).
 - `FP32`, for the `pack_conv2d` pass: 16 output channels are one AVX-512 register of fp32 sums, so a row of
   output pixels accumulates in registers while each weight vector is loaded once (the direct-convolution
   layout ONNX Runtime's MLAS uses).
@@ -33,6 +35,7 @@ import tvm
 from tvm import relax, s_tir, te
 from tvm.target.codegen import target_has_features
 
+from workbench.kernels.x86_bf16 import DOT_LLVM_IR, BF16_DOT_16x2, bf16_target
 from workbench.kernels.x86_int8 import AVX2_DOT_16x4, VNNI_DOT_16x4
 
 LANES = 16  # output channels per block: one zmm of int32 or fp32 sums
@@ -50,13 +53,17 @@ class PackedKind:
     acc: str
     group: int
     depthwise: bool = False  # each output channel reads its own input channel: no input-channel reduction
-    dot: str | None = None  # the tensor intrinsic of one 16 x group step (x86_int8.py), for the integer kinds
+    dot: str | None = None  # the tensor intrinsic of one 16 x group step (x86_int8.py, x86_bf16.py)
+    dot_ir: str | None = None  # LLVM IR the intrinsic's implementation calls, imported into the kernel's module
 
 
 # vpdpbusd: 4 byte products per lane
 VNNI_U8S8 = PackedKind("conv2d_nhwc_u8s8_vnni", "uint8", "int8", "int32", 4, dot=VNNI_DOT_16x4)
 # vpmaddubsw + vpmaddwd: the same 4 byte products per lane, 8 lanes per ymm, 7-bit weights
 AVX2_U8S8 = PackedKind("conv2d_nhwc_u8s8_avx2", "uint8", "int8", "int32", 4, dot=AVX2_DOT_16x4)
+# vdpbf16ps: 2 bf16 products per fp32 lane
+BF16 = PackedKind("conv2d_nhwc_bf16_packed", "bfloat16", "bfloat16", "float32", 2, dot=BF16_DOT_16x2,
+                  dot_ir=DOT_LLVM_IR)
 FP32 = PackedKind("conv2d_nhwc_f32_packed", "float32", "float32", "float32", 1)
 DEPTHWISE_FP32 = PackedKind("dwconv2d_nhwc_f32_packed", "float32", "float32", "float32", 1, depthwise=True)
 
@@ -74,6 +81,14 @@ def int8_kind(target: tvm.target.Target | None) -> PackedKind | None:
     if target is not None and target.kind.name == "llvm" and bool(target_has_features("avx2", target)):
         return AVX2_U8S8
     return None
+
+
+def runs_on(kind: PackedKind, target: tvm.target.Target | None) -> bool:
+    """Whether the target's CPU has the kind's dot product (the fp32 kinds need none): the schedule tensorizes
+    with it only there."""
+    if kind.dot is None:
+        return True
+    return bf16_target(target) if kind == BF16 else kind == int8_kind(target)
 
 
 def _round_up(value: int, multiple: int) -> int:

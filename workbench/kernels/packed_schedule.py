@@ -21,7 +21,17 @@ from tvm.s_tir import Schedule, ScheduleError
 from tvm.target.codegen import target_has_features
 
 from workbench.kernels.loop_schedule import largest_divisor
-from workbench.kernels.packed_conv import AVX2_U8S8, DEPTHWISE_FP32, FP32, KERNEL_MARK, LANES, VNNI_U8S8, PackedKind
+from workbench.kernels.packed_conv import (
+    AVX2_U8S8,
+    BF16,
+    DEPTHWISE_FP32,
+    FP32,
+    KERNEL_MARK,
+    LANES,
+    VNNI_U8S8,
+    PackedKind,
+)
+from workbench.kernels.x86_bf16 import IMPORT_ANNOTATION
 
 log = logging.getLogger("workbench.build")
 WIDEST_STEP = 14  # fp32 pixels a step at most with AVX-512: 14 sums + the weight vector + the broadcast of 32 zmm
@@ -81,11 +91,12 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
     # across the reduction: a write-back block gives them a buffer of their own, kept in registers
     epilogue = blocks[blocks.index(conv) + 1:] or [sch.cache_write(conv, 0, "global")]
     batch, row, col, channel_block, channel, kh, kw, *in_blocks = sch.get_loops(conv)  # depthwise: no in_blocks
-    widest = WIDEST_STEP if kind.dot is None and lanes == LANES else pixels  # an integer kind's sums fill the rest
+    fp32_sums = kind.acc == "float32" and lanes == LANES  # an integer kind's sums fill the registers at `pixels`
+    widest = WIDEST_STEP if fp32_sums else pixels
     step = pixel_step(int(sch.get(col).extent), pixels, widest, cut_short=kind.dot is None)
     col_outer, col_inner = sch.split(col, [None, step])
     grouped = []  # several channel blocks a step where a short row leaves too few sums to hide the FMA latency
-    if kind == FP32 and lanes == LANES and 2 * step <= pixels:
+    if kind in (FP32, BF16) and lanes == LANES and 2 * step <= pixels:
         blocks = largest_divisor(int(sch.get(channel_block).extent), widest // step)
         if blocks > 1:
             channel_block, block_group = sch.split(channel_block, [None, blocks])
@@ -99,7 +110,10 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
         sch.reorder(batch, row, channel_block, col_outer, kh, kw, *in_blocks[:1], *grouped, col_inner, channel)
         if kind.dot is None:  # left to LLVM, three channel blocks a step ran scalar (10 GFLOP/s)
             sch.vectorize(channel)
-    sch.parallel(sch.fuse(batch, row, channel_block))
+    parallel = sch.fuse(batch, row, channel_block)
+    sch.parallel(parallel)
+    if kind.dot_ir is not None:  # the intrinsic's implementation calls this IR: linked into the kernel's module
+        sch.annotate(parallel, IMPORT_ANNOTATION, kind.dot_ir)
     for block in epilogue[:-1]:  # elementwise: scale, bias, activation, requantization
         sch.compute_inline(block)
     if epilogue:
@@ -121,7 +135,7 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
 def packed_kind(func: tvm.tirx.PrimFunc) -> PackedKind | None:
     """The packed kernel `func` holds, if any."""
     text = func.script()
-    return next((kind for kind in (FP32, DEPTHWISE_FP32, VNNI_U8S8, AVX2_U8S8)
+    return next((kind for kind in (FP32, DEPTHWISE_FP32, VNNI_U8S8, AVX2_U8S8, BF16)
                  if f'"{KERNEL_MARK}": "{kind.name}"' in text), None)
 
 

@@ -3,6 +3,7 @@ Use `all_passes` and `lookup` from here, so the list is complete (a plugin's pas
 
 from workbench.passes import (  # noqa: F401 - imported for their registrations
     analysis,
+    bf16,
     cleanup,
     conv1d,
     conv_transpose,
