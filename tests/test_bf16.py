@@ -1,0 +1,144 @@
+"""bf16 (passes/bf16.py, kernels/x86_bf16.py): `vdpbf16ps` in the machine code of builds cross-compiled for CPUs
+with AVX512_BF16 (any x86 host), the numerics against numpy's bf16 rounding where this CPU has AVX512_BF16 (skipped
+elsewhere, with the reason), and the refusal, exit 2, where the target's CPU lacks it."""
+
+import platform
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tvm
+import yaml
+from tvm import relax
+
+from workbench.cli import main
+from workbench.compile.build import build_lowered
+from workbench.compile.targets import make_target
+from workbench.config import TargetConfig
+from workbench.config.pipeline_spec import parse_text
+from workbench.errors import UserError
+from workbench.kernels.packed_conv import BF16
+from workbench.kernels.x86_bf16 import BF16_FEATURE, bf16_target
+from workbench.passes.pipeline import run_pipeline
+
+x86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 assembly")
+HOST = make_target(TargetConfig())
+needs_bf16 = pytest.mark.skipif(not bf16_target(HOST), reason=f"this CPU ({HOST.attrs.get('mcpu')}) has no "
+                                                               f"{BF16_FEATURE}: bf16 builds do not run here")
+PIPELINE = "convert_layout(conv2d=NHWC),fold_constant,bf16,pack_conv2d,fuse,dce"
+# odd shapes: 3 input channels (padded to the pair), widths that no pixel step divides, 20 and 40 output channels
+# (padded to 16 lanes), a stride-2 first conv, a pointwise conv, a classifier matmul of 10 columns
+SHAPE = (1, 3, 23, 29)
+RNG = np.random.default_rng(7)
+W1 = (RNG.standard_normal((20, 3, 3, 3)) * 0.3).astype(np.float32)
+W2 = (RNG.standard_normal((40, 20, 3, 3)) * 0.1).astype(np.float32)
+W3 = (RNG.standard_normal((24, 40, 1, 1)) * 0.1).astype(np.float32)
+FC = (RNG.standard_normal((24, 10)) * 0.2).astype(np.float32)
+
+
+def _model() -> tvm.IRModule:
+    """x -> conv 3x3/2 -> relu -> conv 3x3 -> relu -> conv 1x1 -> mean over H, W -> matmul [24, 10], NCHW."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(list(SHAPE), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, relax.const(W1), strides=2, padding=1)))
+            y = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(y, relax.const(W2), padding=1)))
+            y = bb.emit(relax.op.nn.conv2d(y, relax.const(W3)))
+            pooled = bb.emit(relax.op.mean(y, axis=[2, 3]))
+            out = bb.emit_output(relax.op.matmul(pooled, relax.const(FC)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _conv(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
+    """NCHW conv in float64."""
+    o, _, k, _ = w.shape
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (pad, pad), (pad, pad)])
+    oh, ow = (xp.shape[2] - k) // stride + 1, (xp.shape[3] - k) // stride + 1
+    out = np.zeros((x.shape[0], o, oh, ow))
+    for i in range(k):
+        for j in range(k):
+            patch = xp[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride]
+            out += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j].astype(np.float64))
+    return out
+
+
+def _reference(x: np.ndarray, rounded) -> np.ndarray:
+    """The model in float64 with every conv and matmul operand passed through `rounded` first."""
+    y = np.maximum(_conv(rounded(x), rounded(W1), 2, 1), 0)
+    y = np.maximum(_conv(rounded(y), rounded(W2), 1, 1), 0)
+    pooled = _conv(rounded(y), rounded(W3), 1, 0).mean(axis=(2, 3))
+    return rounded(pooled) @ rounded(FC).astype(np.float64)
+
+
+def _bf16_rounded(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+
+
+def _build(target: tvm.target.Target):
+    mod, _ = run_pipeline(_model(), parse_text(PIPELINE), target, stats=False)
+    return mod, build_lowered(mod, target)
+
+
+@x86
+@pytest.mark.parametrize("cpu", ["znver4", "sapphirerapids"])
+def test_every_bf16_kernel_of_a_cross_compiled_build_runs_vdpbf16ps(cpu):
+    target = make_target(TargetConfig(mcpu=cpu))
+    mod, built = _build(target)
+    kernels = [gv.name_hint for gv, f in built.lowered.functions.items()
+               if isinstance(f, tvm.tirx.PrimFunc) and BF16.name in f.script()]
+    assert len(kernels) == 4, kernels  # the three convs and the matmul
+    assert not built.fell_back
+    for name in kernels:  # each tensorized with the dot product, not left to plain bf16 -> fp32 loops
+        assert "workbench_dpbf16ps_16x2" in built.lowered[name].script(), name
+    text = "\n".join(m.inspect_source("asm") for m in built.executable.mod.imports if m.kind == "llvm")
+    assert text.count("vdpbf16ps") >= len(kernels)
+    assert not re.search(r"call\w*\s+workbench_dpbf16ps", text)  # the micro-kernel is inlined: no call left
+
+
+@needs_bf16
+def test_bf16_build_matches_numpy_bf16_rounding_not_fp32():
+    _, built = _build(HOST)
+    x = RNG.standard_normal(SHAPE).astype(np.float32)
+    vm = relax.VirtualMachine(built.executable, tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x)).numpy().astype(np.float64)
+    emulated, fp32 = _reference(x, _bf16_rounded), _reference(x, lambda a: np.asarray(a, np.float64))
+    scale = np.abs(emulated).max()
+    np.testing.assert_allclose(got, emulated, rtol=0, atol=1e-4 * scale)  # fp32 sums in another order only
+    assert np.abs(got - fp32).max() > 10 * np.abs(got - emulated).max()  # it did round to bf16
+
+
+def test_a_target_without_avx512bf16_is_refused_and_the_run_exits_2(tmp_path, capsys):
+    with pytest.raises(UserError, match="avx512bf16"):
+        run_pipeline(_model(), parse_text(PIPELINE), make_target(TargetConfig(mcpu="znver2")), stats=False)
+    config = tmp_path / "bf16.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "bf16_refused", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]}}, "pipeline": "default_bf16",
+        "target": {"kind": "llvm", "mcpu": "znver2"}, "baselines": ["ort_none"], "output": str(tmp_path / "run")}))
+    assert main(["run", str(config)]) == 2
+    assert "has no avx512bf16" in capsys.readouterr().err
+
+
+@x86
+def test_a_bf16_build_for_a_cpu_this_one_is_not_builds_and_is_not_measured(tmp_path):
+    """Cross-compiled (sapphirerapids: AVX512_BF16, AVX512_FP16, AMX), the build is made and kept; it is measured
+    only where the CPU has every feature it may use, which this one has not (skipped on such a CPU)."""
+    from workbench.compile.targets import runs_here
+    from workbench.record.result import RunResult
+
+    target = make_target(TargetConfig(mcpu="sapphirerapids"))
+    if runs_here(target):
+        pytest.skip(f"this CPU ({HOST.attrs.get('mcpu')}) runs sapphirerapids code")
+    config = tmp_path / "spr.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "bf16_spr", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]}}, "pipeline": "default_bf16",
+        "target": {"kind": "llvm", "mcpu": "sapphirerapids"}, "baselines": ["ort_none"],
+        "measure": {"warmup": 1, "repeat": 3}, "output": str(tmp_path / "run")}))
+    assert main(["run", str(config)]) == 0
+    result = RunResult.read(tmp_path / "run")
+    assert (tmp_path / "run" / "workbench.so").stat().st_size > 0
+    assert result.measurements["workbench"].median_ms is None
+    assert "not measured: built for sapphirerapids" in result.measurements["workbench"].note
+    assert result.measurements["ort_none"].median_ms > 0
