@@ -142,3 +142,34 @@ def test_a_bf16_build_for_a_cpu_this_one_is_not_builds_and_is_not_measured(tmp_p
     assert result.measurements["workbench"].median_ms is None
     assert "not measured: built for sapphirerapids" in result.measurements["workbench"].note
     assert result.measurements["ort_none"].median_ms > 0
+
+
+def test_the_bf16_tolerance_takes_bf16_rounding_and_refuses_a_wrong_output():
+    from workbench.models.accuracy import BF16_RULE, compare
+
+    reference = [RNG.standard_normal((2, 50, 7)).astype(np.float32) + 0.5, RNG.standard_normal((1, 1000))]
+    rounded = [_bf16_rounded(r).astype(np.float32) for r in reference]
+    assert not compare(rounded, reference, rtol=1e-3, atol=1e-4)["ok"]  # fp32's tolerance refuses bf16 rounding
+    figures = compare(rounded, reference, rtol=1e-3, atol=1e-4, bf16=True)
+    assert figures["ok"] and figures["note"] == BF16_RULE and figures["cosine"] > 0.9999
+    wrong = [rounded[0], rounded[1] * np.where(np.arange(1000) < 100, -1, 1)]  # a tenth of the logits flipped
+    assert not compare(wrong, reference, rtol=1e-3, atol=1e-4, bf16=True)["ok"]
+
+
+@needs_bf16
+def test_a_bf16_run_is_checked_against_fp32_with_the_bf16_tolerance_as_openvino_bf16_is(tmp_path):
+    pytest.importorskip("openvino")
+    from workbench.models.accuracy import BF16_RULE
+    from workbench.record.result import RunResult
+
+    config = tmp_path / "bf16.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "bf16_run", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]}},
+        "pipeline": "default_bf16", "baselines": ["ort_none", "openvino_bf16"],
+        "measure": {"warmup": 1, "repeat": 3}, "output": str(tmp_path / "run")}))
+    assert main(["run", str(config)]) == 0
+    result = RunResult.read(tmp_path / "run")
+    for label in ("workbench", "openvino_bf16"):
+        assert result.accuracy[label].ok and result.accuracy[label].note == BF16_RULE, label
+        assert 0 < result.accuracy[label].max_abs_err  # it rounded: not fp32's outputs
+    assert result.passes[[p.name for p in result.passes].index("bf16")].analysis["conv2d_bf16"] > 0
