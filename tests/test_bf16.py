@@ -2,6 +2,7 @@
 with AVX512_BF16 (any x86 host), the numerics against numpy's bf16 rounding where this CPU has AVX512_BF16 (skipped
 elsewhere, with the reason), and the refusal, exit 2, where the target's CPU lacks it."""
 
+import csv
 import platform
 import re
 
@@ -173,3 +174,24 @@ def test_a_bf16_run_is_checked_against_fp32_with_the_bf16_tolerance_as_openvino_
         assert result.accuracy[label].ok and result.accuracy[label].note == BF16_RULE, label
         assert 0 < result.accuracy[label].max_abs_err  # it rounded: not fp32's outputs
     assert result.passes[[p.name for p in result.passes].index("bf16")].analysis["conv2d_bf16"] > 0
+
+
+@needs_bf16
+def test_the_bf16_corpus_page_sits_beside_the_default_one_and_holds_bf16_to_its_tolerance(tmp_path):
+    """`workbench bench corpus --pipeline default_bf16`: a page of its own (corpus_<cpu>_default_bf16), the rows
+    checked with the bf16 rule and the cosine in the table; openvino_bf16 beside it."""
+    pytest.importorskip("openvino")
+    from workbench.models.accuracy import BF16_RULE
+
+    corpus = tmp_path / "corpus.yaml"
+    corpus.write_text(yaml.safe_dump({"models": [{
+        "name": "convnet_small", "source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]},
+        "tolerance": {"rtol": 1e-3, "atol": 1e-4}, "exercises": "a small CNN"}]}))
+    out = tmp_path / "results"
+    assert main(["bench", "corpus", "--corpus", str(corpus), "--pipeline", "default_bf16", "--baselines",
+                 "openvino_bf16", "--repeat", "2", "--rounds", "1", "--out", str(out)]) == 0
+    page = next(out.glob("corpus_*_default_bf16.md"))
+    text = page.read_text()
+    assert BF16_RULE in text and "1 models: 1 ok" in text  # fp32's rtol 1e-3 would refuse bf16's rounding
+    rows = list(csv.DictReader(page.with_suffix(".csv").open()))
+    assert 0.999 <= float(rows[0]["cosine"]) < 1 and float(rows[0]["openvino_bf16_over_workbench"]) > 0

@@ -8,6 +8,7 @@ and .png; one log line per model per stage, so the log of a long run reads well 
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from workbench.config import Experiment
 from workbench.config.baselines import SIDE_BY_SIDE, SIDE_BY_SIDE_DEFAULT, WORKBENCH_LABEL
 from workbench.config.pipeline_spec import to_text
 from workbench.errors import UserError
+from workbench.models.accuracy import BF16_RULE, runs_bf16
 from workbench.models.corpus import CORPUS_FILE, CorpusEntry, load_corpus
 from workbench.record.corpus_table import Row, Setting, write
 from workbench.record.results_page import cpu_name, load_suffix, versions
@@ -63,6 +65,12 @@ def summary(row: Row, baselines: tuple[str, ...]) -> str:
         (f" ({row.reason})" if row.reason else "")
 
 
+def pipeline_suffix(pipeline: str) -> str:
+    """The page name's part for a pipeline other than `default` (`_default_bf16`), so its page sits beside the
+    default's instead of replacing it."""
+    return "" if pipeline == "default" else "_" + re.sub(r"[^A-Za-z0-9]+", "_", pipeline).strip("_")[:48]
+
+
 def untuned_row(experiment: Experiment, options: CorpusOptions, log: Callable[[str], None]) -> Row:
     """The model built untuned and timed beside the options' baselines."""
     with tempfile.TemporaryDirectory(prefix="bench_corpus_") as work_dir:
@@ -81,8 +89,9 @@ def run_corpus(options: CorpusOptions) -> list[Path]:
     setting = Setting(date=datetime.now().strftime("%Y-%m-%d %H:%M"), cpu=cpu_name(), target=target_key(target),
                       threads=target_threads(target), pipeline=options.pipeline,
                       passes=to_text(experiments[0].pipeline), baselines=tuple(options.baselines),
-                      repeat=options.repeat, rounds=options.rounds, versions=versions(), load=options.load)
+                      repeat=options.repeat, rounds=options.rounds, versions=versions(), load=options.load,
+                      **({"accuracy_rule": BF16_RULE} if runs_bf16(WORKBENCH_LABEL, experiments[0].pipeline) else {}))
     written = write(rows, {entry.name: entry for entry in entries}, setting, options.out,
-                    f"corpus_{host_cpu()}{load_suffix(options.load)}")
+                    f"corpus_{host_cpu()}{pipeline_suffix(options.pipeline)}{load_suffix(options.load)}")
     options.log("wrote " + ", ".join(str(path) for path in written))
     return written

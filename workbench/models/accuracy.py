@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+
+from workbench.config.baselines import WORKBENCH_LABEL
+from workbench.config.pipeline_spec import PassSpec
 
 # bf16's tolerance against an fp32 reference. A bf16 operand keeps 8 significant bits (a relative rounding error up
 # to 2^-9), so element-wise fp32 tolerances fail on values near zero whatever the model; instead each output must
@@ -12,6 +17,14 @@ BF16_MIN_COSINE = 0.999
 BF16_MAX_ERROR_SHARE = 0.05
 BF16_RULE = (f"bf16 tolerance: cosine >= {BF16_MIN_COSINE} and max error <= {BF16_MAX_ERROR_SHARE:.0%} of max |ref|, "
              "per output")
+
+
+def runs_bf16(label: str, pipeline: Sequence[PassSpec]) -> bool:
+    """Whether `label` computes in bf16 (OpenVINO's bf16 label; the workbench build of a pipeline with the `bf16`
+    pass), so its outputs are held to bf16's tolerance (BF16_RULE), not the experiment's fp32 one."""
+    if label == WORKBENCH_LABEL:
+        return any(step.name == "bf16" for step in pipeline)
+    return label == "openvino_bf16"
 
 
 def compare(outputs: list[np.ndarray], reference: list[np.ndarray], rtol: float, atol: float,

@@ -70,6 +70,7 @@ class Setting:
     rounds: int
     versions: dict[str, str] = field(default_factory=dict)
     load: int = 0  # processes spinning beside (`--load`)
+    accuracy_rule: str = "numpy's allclose rule with each model's rtol/atol (workbench/models/corpus.yaml)"
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ def columns(baselines: tuple[str, ...]) -> list[Column]:
         Column("kernels", "kernels", lambda row: row.kernels, "d"),
         Column("max_abs_err", "max abs err", _error("max_abs_err"), ".1e"),
         Column("max_rel_err", "max rel err", _error("max_rel_err"), ".1e"),
+        Column("cosine", "cosine", _error("cosine"), ".6f"),
         Column("rtol", "rtol", lambda row: row.rtol, "g"),
         Column("atol", "atol", lambda row: row.atol, "g"),
         Column("reason", "reason", _reason),
@@ -155,8 +157,8 @@ def markdown_text(rows: list[Row], entries: dict[str, CorpusEntry], setting: Set
         f"median (> 1: the workbench is faster)\n"
         f"- timing: median of {setting.rounds} interleaved rounds of {setting.repeat} runs per label, in one process\n"
         f"{load_line(setting.load)}"
-        f"- accuracy: the workbench vs ONNX Runtime without graph optimizations (ort_none), numpy's allclose rule "
-        f"with each model's rtol/atol (workbench/models/corpus.yaml); inputs are seeded random values\n"
+        f"- accuracy: the workbench vs ONNX Runtime without graph optimizations (ort_none), {setting.accuracy_rule}; "
+        f"inputs are seeded random values\n"
         f"- versions: {versions}",
         f"{len(rows)} models: {counts['ok']} ok, {counts['mismatch']} outside their tolerance, "
         f"{counts['failed']} failed. {ratio_summary(rows, setting.baselines)}",

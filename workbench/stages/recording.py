@@ -20,11 +20,11 @@ from workbench.compile.build import Built
 from workbench.compile.schedule_sources import ScheduleSources
 from workbench.compile.targets import describe, is_cuda, resolved
 from workbench.config import Experiment, pipeline_spec
-from workbench.config.baselines import WORKBENCH_LABEL, runtime_of
+from workbench.config.baselines import runtime_of
 from workbench.errors import ReferenceFailed, UserError
 from workbench.measure.iree import iree_version
 from workbench.measure.openvino import openvino_version
-from workbench.models.accuracy import compare
+from workbench.models.accuracy import compare, runs_bf16
 from workbench.models.canonicalize import CONVERTED_OPSET
 from workbench.record import mlflow_sink
 from workbench.record.report import write_report
@@ -141,14 +141,6 @@ def note_label(result: RunResult, measured: LabelMeasured, out_dir: Path) -> Non
     result.write(out_dir)
 
 
-def runs_bf16(label: str, experiment: Experiment) -> bool:
-    """Whether `label` computes in bf16 (OpenVINO's bf16 label; the workbench build of a pipeline with `bf16`), so
-    its outputs are held to bf16's tolerance (models/accuracy.py: BF16_RULE), not the experiment's fp32 one."""
-    if label == WORKBENCH_LABEL:
-        return any(step.name == "bf16" for step in experiment.pipeline)
-    return label == "openvino_bf16"
-
-
 def note_accuracy(result: RunResult, measured: Measured, experiment: Experiment) -> None:
     """Every label's outputs against the reference's, within the experiment's tolerance."""
     outputs = measured.outputs()
@@ -158,7 +150,7 @@ def note_accuracy(result: RunResult, measured: Measured, experiment: Experiment)
             result.accuracy[label] = Accuracy(ok=None, note=f"reference {experiment.accuracy.reference} did not run")
         elif label != experiment.accuracy.reference:
             result.accuracy[label] = Accuracy(**compare(produced, reference, experiment.accuracy.rtol,
-                                                        experiment.accuracy.atol, runs_bf16(label, experiment)))
+                                                        experiment.accuracy.atol, runs_bf16(label, experiment.pipeline)))
 
 
 def log_mlflow(experiment: Experiment, base_dir: Path, result: RunResult, out_dir: Path,

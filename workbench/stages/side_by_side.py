@@ -21,7 +21,7 @@ from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import one_line
 from workbench.measure.factory import Bench, runner_for
 from workbench.measure.timing import interleaved_medians
-from workbench.models.accuracy import compare
+from workbench.models.accuracy import compare, runs_bf16
 from workbench.record.corpus_table import Row
 from workbench.stages import build, optimize, prepare
 
@@ -66,6 +66,7 @@ def bench(experiment: Experiment, baselines: list[str], work_dir: Path, repeat: 
     `baselines` (of config/baselines.py's SIDE_BY_SIDE) on the same seeded inputs, check it against ort_none within the experiment's
     tolerance, and time every label that runs. Never raises for a model's failure: the row carries it."""
     tolerance = experiment.accuracy
+    bf16 = runs_bf16(WORKBENCH_LABEL, experiment.pipeline)  # held to bf16's tolerance (models/accuracy.py), not the entry's
     row, stage = Row(experiment.name, tolerance.rtol, tolerance.atol), _Stages(experiment.name, log)
     try:
         with stage("load"):  # and import: prepare() does both
@@ -83,10 +84,11 @@ def bench(experiment: Experiment, baselines: list[str], work_dir: Path, repeat: 
         runners = {WORKBENCH_LABEL: workbench}
         with stage(REFERENCE):
             reference = runner_for(REFERENCE, on_cpu).infer()
-        row.accuracy = compare(ours, reference, tolerance.rtol, tolerance.atol)
+        row.accuracy = compare(ours, reference, tolerance.rtol, tolerance.atol, bf16)
         errors = errors_text(row.accuracy)
         if not row.accuracy["ok"]:
-            row.mismatch = f"accuracy: {errors}, beyond rtol {tolerance.rtol:g} / atol {tolerance.atol:g}"
+            row.mismatch = f"accuracy: {errors}, beyond " + (
+                "the bf16 tolerance" if bf16 else f"rtol {tolerance.rtol:g} / atol {tolerance.atol:g}")
         log(f"{experiment.name}: vs {REFERENCE}: {'ok' if row.accuracy['ok'] else 'MISMATCH'}, {errors}")
         for label in baselines:
             try:
