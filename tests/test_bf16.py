@@ -195,3 +195,31 @@ def test_the_bf16_corpus_page_sits_beside_the_default_one_and_holds_bf16_to_its_
     assert BF16_RULE in text and "1 models: 1 ok" in text  # fp32's rtol 1e-3 would refuse bf16's rounding
     rows = list(csv.DictReader(page.with_suffix(".csv").open()))
     assert 0.999 <= float(rows[0]["cosine"]) < 1 and float(rows[0]["openvino_bf16_over_workbench"]) > 0
+
+
+@needs_bf16
+@pytest.mark.slow
+def test_tuning_searches_the_bf16_kernel_tensorized_and_the_tuned_build_holds_the_tolerance(tmp_path):
+    """MetaSchedule's candidates for the bf16 packed conv tile it around the vdpbf16ps step and carry the LLVM IR it
+    calls (compile/design_spaces.py: dot_space, ImportLLVM); a build from those records runs within bf16's
+    tolerance."""
+    import json
+
+    from workbench.record.result import RunResult
+
+    database = tmp_path / "db"
+    config = {"name": "bf16_tuned", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]}},
+              "pipeline": "default_bf16", "baselines": ["ort_none"], "measure": {"warmup": 1, "repeat": 3},
+              "tuning": {"database": str(database), "trials": 8, "trials_per_task": 4},
+              "output": str(tmp_path / "run")}
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["tune", str(path)]) == 0
+    records = [json.loads(line) for line in next(database.glob("*/database_tuning_record.json")).open()]
+    searched = [r for r in records if "workbench_dot_16x2_bf16" in json.dumps(r)]
+    assert len(searched) >= 4 and all("pragma_import_llvm" in json.dumps(r) for r in searched)
+    config["tuning"] = {"database": str(database)}
+    path.write_text(yaml.safe_dump(config))
+    assert main(["run", str(path)]) == 0
+    result = RunResult.read(tmp_path / "run")
+    assert result.accuracy["workbench"].ok and result.tuning.covered

@@ -26,34 +26,67 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import tvm
+from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.postproc import PyPostproc
 
 from workbench.compile.similar_workloads import similar_schedule
 from workbench.compile.trace_fit import misfit, mutators
 from workbench.kernels.default_schedule import default_schedule
-from workbench.kernels.packed_conv import int8_kind
+from workbench.kernels.packed_conv import BF16, PackedKind, int8_kind, runs_on
+from workbench.kernels.x86_bf16 import IMPORT_ANNOTATION
 
 
 def _low_precision(task: ms.ExtractedTask) -> bool:
-    """Does the kernel read or write fp16/bf16/int8 buffers (the only ones tensor cores would take)?"""
+    """Does the kernel read or write buffers of a type MetaSchedule's own tensor intrinsics take for its target
+    (fp16/bf16/int8 for CUDA's tensor cores; int8 for x86's VNNI/AVX-512: it has no bf16 one)?"""
     text = task.dispatched[0].script()  # PrimFunc exposes no buffer map in 0.27; dtypes appear quoted
-    return any(f'"{dtype}"' in text for dtype in ("float16", "bfloat16", "int8", "uint8"))
+    dtypes = ("int8", "uint8") if task.target.kind.name == "llvm" else ("float16", "bfloat16", "int8", "uint8")
+    return any(f'"{dtype}"' in text for dtype in dtypes)
 
 
-def _dot_intrinsic(task: ms.ExtractedTask) -> str | None:
-    """The dot-product intrinsic for a u8 x s8 kernel (the int8 path's, kernels/packed_conv.py) on an x86 CPU
-    with AVX2 (`int8_kind`: VNNI's, else AVX2's); None for other kernels and CPUs."""
+def _packed_dot(task: ms.ExtractedTask) -> PackedKind | None:
+    """The packed kind whose dot product the task's kernel is tensorized with on its CPU: a u8 x s8 kernel (the
+    int8 path's) on an x86 CPU with AVX2 (`int8_kind`: VNNI's, else AVX2's), the bf16 packed conv on a CPU with
+    AVX512_BF16; None for other kernels and CPUs."""
     kind = int8_kind(task.target)
     text = task.dispatched[0].script()
-    return kind.dot if kind is not None and '"uint8"' in text and '"int8"' in text else None
+    if kind is not None and '"uint8"' in text and '"int8"' in text:
+        return kind
+    return BF16 if f'"{BF16.name}"' in text and runs_on(BF16, task.target) else None
 
 
-def dot_space(intrinsic: str) -> ms.space_generator.PostOrderApply:
+@derived_object
+class ImportLLVM(PyPostproc):
+    """Annotates a schedule's first loop with LLVM IR to link into the kernel's module (`pragma_import_llvm`):
+    the IR a dot product's implementation calls (kernels/x86_bf16.py). A postprocessor, so every candidate the
+    search builds carries it, and so does its trace in the database."""
+
+    def __init__(self, ir: str) -> None:
+        self.ir = ir
+
+    def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
+        pass
+
+    def apply(self, sch: tvm.s_tir.Schedule) -> bool:
+        for block in sch.get_child_blocks(sch.get_sblock("root")):
+            loops = sch.get_loops(block)
+            if loops:
+                sch.annotate(loops[0], IMPORT_ANNOTATION, self.ir)
+                return True
+        return False
+
+    def clone(self) -> ImportLLVM:
+        return ImportLLVM(self.ir)
+
+
+def dot_space(kind: PackedKind) -> ms.space_generator.PostOrderApply:
     """MetaSchedule's own VNNI rules (its "vnni" kind: the llvm rules with a tensorizing tiling first and
-    RewriteTensorize) with one of the workbench's dot products (kernels/x86_int8.py): TVM's `dot_16x4_vnni`
-    fails LLVM verification, and TVM has no AVX2 form. The int8 path's packed conv kernel maps whole; a block the
-    intrinsic cannot map (an NCHW int8 conv, whose innermost input index is a spatial sum) falls through to the
-    plain tiling."""
+    RewriteTensorize) with one of the workbench's dot products (kernels/x86_int8.py, x86_bf16.py): TVM's
+    `dot_16x4_vnni` fails LLVM verification, and TVM has no AVX2 or bf16 form. The packed conv kernel maps whole;
+    a block the intrinsic cannot map (an NCHW int8 conv, whose innermost input index is a spatial sum) falls
+    through to the plain tiling. A kind whose intrinsic calls LLVM IR gets it linked in (`ImportLLVM`)."""
+    intrinsic = kind.dot
     rules = list(ms.schedule_rule.ScheduleRule.create("llvm"))
     tiling = next(i for i, rule in enumerate(rules) if isinstance(rule, ms.schedule_rule.MultiLevelTiling))
     rules.insert(tiling, ms.schedule_rule.MultiLevelTilingWithIntrin(
@@ -62,6 +95,8 @@ def dot_space(intrinsic: str) -> ms.space_generator.PostOrderApply:
     postprocs = list(ms.postproc.Postproc.create("llvm"))
     layout = next(i for i, post in enumerate(postprocs) if isinstance(post, ms.postproc.RewriteLayout))
     postprocs.insert(layout, ms.postproc.RewriteTensorize(vectorize_init_loop=True))
+    if kind.dot_ir is not None:
+        postprocs.append(ImportLLVM(kind.dot_ir))
     return ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=postprocs, mutator_probs="llvm")
 
 
@@ -69,14 +104,14 @@ def _space_generator(task: ms.ExtractedTask) -> ms.space_generator.SpaceGenerato
     """Kernels that cannot use tensor intrinsics (no fp16/bf16/int8 buffers) get the plain rules of their target
     kind. MetaSchedule would pick tensor-core rules for CUDA sm_70+ and VNNI/AVX-512 rules for x86 CPUs that
     have them: they help only low-precision kernels and need the slow `tvm.s_tir.tensor_intrin` import.
-    u8 x s8 kernels on an x86 CPU with AVX2 get `dot_space` (the workbench's own intrinsic, VNNI or AVX2, no
-    import)."""
+    u8 x s8 kernels on an x86 CPU with AVX2, and the bf16 packed conv on a CPU with AVX512_BF16, get `dot_space`
+    (the workbench's own intrinsic, no import); other bf16 kernels (pads, casts) the plain llvm rules."""
+    packed = _packed_dot(task)
+    if packed is not None:
+        return dot_space(packed)
     kind = task.target.kind.name
     if kind in ("cuda", "llvm") and not _low_precision(task):
         return ms.space_generator.PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs=kind)
-    intrinsic = _dot_intrinsic(task)
-    if intrinsic is not None:
-        return dot_space(intrinsic)
     return "post-order-apply"
 
 
