@@ -110,6 +110,7 @@ def columns(baselines: tuple[str, ...]) -> list[Column]:
         Column("max_abs_err", "max abs err", _error("max_abs_err"), ".1e"),
         Column("max_rel_err", "max rel err", _error("max_rel_err"), ".1e"),
         Column("cosine", "cosine", _error("cosine"), ".6f"),
+        Column("top1_agreement", "top-1", _error("top1_agreement"), ".2f"),
         Column("rtol", "rtol", lambda row: row.rtol, "g"),
         Column("atol", "atol", lambda row: row.atol, "g"),
         Column("reason", "reason", _reason),
