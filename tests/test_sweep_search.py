@@ -107,3 +107,33 @@ def test_search_file_errors_name_the_key(tmp_path):
                                                             "grid": {"seed": [0, 1]}}}))
     with pytest.raises(UserError, match="sweep.grid"):
         load_sweep(path, tmp_path)
+
+
+def test_local_search_starts_from_the_pipeline_tries_every_swap_and_drop_and_keeps_to_its_minutes(tmp_path):
+    """`local` from fold_constant,fold_batchnorm,fuse,dce: the start measured first, then its 3 adjacent swaps and 4
+    drops (equivalent IR measured once); with `minutes` spent after the start, nothing more is measured."""
+    start = "fold_constant,fold_batchnorm,fuse,dce"
+    path = write_search(tmp_path, search="local", budget=6)
+    data = yaml.safe_load(path.read_text())
+    data["sweep"]["orderings"]["passes"] = start
+    path.write_text(yaml.safe_dump(data))
+    assert main(["sweep", str(path)]) == 0
+    search, rows, runs = outcome(tmp_path / "s")
+    trajectory = search["trajectory"]
+    assert trajectory[0]["step"] == "start" and trajectory[0]["pipeline"] == start
+    assert search["start"]["pipeline"] == start and search["start"]["median_ms"] > 0
+    passes = start.split(",")
+    swaps = {",".join(passes[:i] + [passes[i + 1], passes[i]] + passes[i + 2:]) for i in range(3)}
+    drops = {",".join(passes[:i] + passes[i + 1:]) for i in range(4)}
+    move = {p["pipeline"] for p in trajectory if p["step"] == "move 1"}
+    assert move <= swaps | drops and len(move) + 1 == len(trajectory[: 1 + len(move)])
+    assert runs == search["measured"] <= 6 and runs == len({h for _s, _r, h in rows.values()})
+    assert "the start `fold_constant,fold_batchnorm,fuse,dce`" in (tmp_path / "s" / "report.md").read_text()
+
+    timed = write_search(tmp_path, name="t", search="local", budget=6, minutes=0.001)
+    data = yaml.safe_load(timed.read_text())
+    data["sweep"]["orderings"]["passes"] = start
+    timed.write_text(yaml.safe_dump(data))
+    assert main(["sweep", str(timed)]) == 0
+    search, _rows, runs = outcome(tmp_path / "t")
+    assert runs == search["measured"] == 1 and search["elapsed_min"] >= 0.001  # the start, then the minutes ran out

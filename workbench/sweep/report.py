@@ -358,10 +358,15 @@ def _search_section(folder: Path) -> list[str]:
                         "—" if p["best_ms"] is None else f"{p['best_ms']:.3f}", str(p["measured"]),
                         "failed" if p["failed"] else ("" if p["new"] else "equivalent IR, not measured again")]
                        for p in search["trajectory"]])
+    minutes = f", {search['elapsed_min']:.1f} of {search['minutes']:g} minutes" if search.get("minutes") else ""
+    start = search.get("start") or {}
+    against = (f"; the start `{start['pipeline']}` {start['median_ms']:.3f} ms, "
+               f"{start['median_ms'] / best['median_ms']:.2f}x the best's time" if start.get("median_ms") and best
+               else "")
     return ["## Ordering search",
-            f"{search['strategy']} search: {search['measured']} distinct variants measured (budget {search['budget']}); "
-            f"best sequence found: `{best.get('pipeline', '—')}` at "
-            + (f"{best['median_ms']:.3f} ms" if best else "—") + (" (tuned)" if search["tuned"] else ""),
+            f"{search['strategy']} search: {search['measured']} distinct variants measured (budget {search['budget']}"
+            f"{minutes}); best sequence found: `{best.get('pipeline', '—')}` at "
+            + (f"{best['median_ms']:.3f} ms" if best else "—") + (" (tuned)" if search["tuned"] else "") + against,
             f"![search trajectory]({plot.name})", table]
 
 

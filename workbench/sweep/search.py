@@ -4,10 +4,13 @@
 measures the prefix + suffix alone (the reference), then:
 - greedy: extends the best sequence by each unused pass, keeps the best extension, stops when none is faster;
 - beam: keeps the `beam_width` best sequences of each length and extends all of them, up to `max_length`;
-- random: seeded random sequences (random length, random passes in random order), `workers` at a time.
+- random: seeded random sequences (random length, random passes in random order), `workers` at a time;
+- local: starts from `passes` in their order (`passes: default` is the default pipeline) and moves to the fastest
+  neighbour (two adjacent passes swapped, or one pass dropped) while it is faster by more than `MIN_GAIN`: does
+  any small change of a pipeline beat it, and which.
 A candidate is scored by its measured median (the tuned build's in a tuned sweep). Candidates are hashed first:
 one whose optimized IR equals one seen before joins that class and is not measured again, and only distinct
-IRs count toward `budget`. Everything is recorded in the sweep's store as it goes, so a resumed search replays
+IRs count toward `budget`; with `minutes`, no new IR is measured once they are spent. Everything is recorded in the sweep's store as it goes, so a resumed search replays
 the same steps from the store (nothing finished is measured again) and carries on. `search.json` holds the
 steps, the trajectory (best so far against distinct variants measured) and the best sequence found.
 """
@@ -15,16 +18,19 @@ steps, the trajectory (best so far against distinct variants measured) and the b
 from __future__ import annotations
 
 import random
+import time
 
 import numpy as np
 
 from workbench.atomic import atomic_write_json
 from workbench.config import pipeline_spec
+from workbench.config.named_pipelines import expand
 from workbench.sweep.run import SweepRun, write_marker
-from workbench.sweep.spec import Sweep, Variant, pass_specs
+from workbench.sweep.spec import Sweep, Variant, pass_specs, target_kind
 
 SUMMARY = "search.json"
 Sequence = tuple[int, ...]  # indices into the search's passes
+MIN_GAIN = 0.02  # a local move must be this much faster: a move within a run's noise would wander
 
 
 class OrderingSearch:
@@ -34,7 +40,7 @@ class OrderingSearch:
         spec = sweep.search
         self.sweep, self.sweep_run = sweep, run
         self.spec = spec
-        self.passes = pass_specs(spec.passes, f"{sweep.path}: sweep.orderings.passes")
+        self.passes = expand(pass_specs(spec.passes, f"{sweep.path}: sweep.orderings.passes"), target_kind(sweep.base))
         self.prefix = pass_specs(spec.prefix, f"{sweep.path}: sweep.orderings.prefix")
         self.suffix = pass_specs(spec.suffix, f"{sweep.path}: sweep.orderings.suffix")
         self.max_length = min(spec.max_length or len(self.passes), len(self.passes))
@@ -42,14 +48,22 @@ class OrderingSearch:
         self.hashes: dict[str, float | None] = {}  # structural hash -> score of the first candidate with that IR
         self.trajectory: list[dict] = []
         self.steps: list[dict] = []
+        self.started = time.monotonic()
 
     @property
     def measured(self) -> int:
         return len(self.hashes)
 
     @property
+    def elapsed_min(self) -> float:
+        return (time.monotonic() - self.started) / 60
+
+    @property
     def exhausted(self) -> bool:
-        return self.measured >= self.spec.budget
+        """The budget of distinct IRs is measured, or the minutes are spent (after the first IR: a search always
+        measures its reference or start)."""
+        return self.measured >= self.spec.budget or (self.spec.minutes is not None and self.measured > 0
+                                                     and self.elapsed_min >= self.spec.minutes)
 
     def text(self, seq: Sequence) -> str:
         return pipeline_spec.to_text(self.prefix + [self.passes[i] for i in seq] + self.suffix)
@@ -101,14 +115,20 @@ class OrderingSearch:
     def _write(self) -> None:
         scored = [(s, v) for s, v in self.scores.items() if v is not None]
         best = min(scored, key=lambda item: item[1]) if scored else None
+        start = tuple(range(len(self.passes)))
         atomic_write_json(self.sweep.output / SUMMARY, {
             "strategy": self.spec.search, "budget": self.spec.budget, "measured": self.measured,
-            "tuned": self.sweep.tuning is not None,
+            "minutes": self.spec.minutes, "elapsed_min": self.elapsed_min, "tuned": self.sweep.tuning is not None,
+            "start": ({"pipeline": self.text(start), "median_ms": self.scores.get(start)}
+                      if self.spec.search == "local" else None),
             "best": {"pipeline": self.text(best[0]), "median_ms": best[1]} if best else None,
             "trajectory": self.trajectory, "steps": self.steps,
         })
 
     def run(self) -> None:
+        if self.spec.search == "local":
+            self._local()
+            return
         self.evaluate([()], "reference")
         if self.spec.search == "random":
             self._random()
@@ -130,6 +150,23 @@ class OrderingSearch:
                 return
             frontier = [s for s, _v in ranked[:width]]
             best = ranked[0][1] if best is None else min(best, ranked[0][1])
+
+    def _local(self) -> None:
+        """Hill-climb from the passes in their order: each move tries every adjacent swap and every single drop of
+        the current sequence and takes the fastest, if it beats the current one by more than MIN_GAIN."""
+        current = tuple(range(len(self.passes)))
+        scored = self.evaluate([current], "start")
+        best = scored[0][1] if scored else None
+        move = 0
+        while best is not None and not self.exhausted:
+            move += 1
+            swaps = [current[:i] + (current[i + 1], current[i]) + current[i + 2:] for i in range(len(current) - 1)]
+            drops = [current[:i] + current[i + 1:] for i in range(len(current))]
+            ranked = sorted(((s, v) for s, v in self.evaluate(swaps + drops, f"move {move}") if v is not None),
+                            key=lambda item: item[1])
+            if not ranked or ranked[0][1] >= best * (1 - MIN_GAIN):
+                return
+            current, best = ranked[0]
 
     def _random(self) -> None:
         rng = random.Random(self.spec.seed)

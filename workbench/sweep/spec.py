@@ -62,12 +62,17 @@ class Permutations(Strict):
 class Search(Strict):
     """Build pass sequences step by step from `passes` (each used at most once), measuring each new candidate."""
 
-    search: Literal["greedy", "beam", "random"] = Field(
+    search: Literal["greedy", "beam", "random", "local"] = Field(
         description="greedy: extend the best sequence by one pass while that helps; beam: keep the best "
-                    "`beam_width` sequences per step; random: seeded random sequences")
-    passes: list[Any] = Field(description="the passes a sequence is built from (names or {name: {params}})")
+                    "`beam_width` sequences per step; random: seeded random sequences; local: start from `passes` "
+                    "in their order and move to the fastest neighbour (two adjacent passes swapped, or one dropped) "
+                    "while it is faster")
+    passes: list[Any] | str = Field(description="the passes a sequence is built from (names or {name: {params}}; "
+                                                "a named pipeline stands for its passes); `local` starts from them")
     max_length: PositiveInt | None = Field(default=None, description="longest sequence (default: all passes)")
     budget: PositiveInt = Field(default=16, description="distinct optimized IRs measured, at most")
+    minutes: PositiveFloat | None = Field(default=None, description="wall-clock budget of the whole search: no new "
+                                                                    "IR is measured once it is spent")
     beam_width: PositiveInt = 3
     prefix: list[Any] | str = Field(default_factory=list)
     suffix: list[Any] | str = Field(default_factory=list)
