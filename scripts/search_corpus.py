@@ -29,7 +29,10 @@ from workbench.record.markdown import markdown_table
 from workbench.record.result import RunResult
 from workbench.record.results_page import cpu_name
 from workbench.sweep.report import ranked_rows
+from workbench.sweep.search import MIN_GAIN
 from workbench.sweep.store import SweepStore
+
+REPEAT = 20  # timed runs of each candidate
 
 
 @dataclass
@@ -48,7 +51,7 @@ def sweep_file(name: str, minutes: float, budget: int, runs: Path) -> Path:
     entry = next(e for e in load_corpus().models if e.name == name)
     base = entry.experiment("default", ["ort_none"]).model_dump(mode="json", exclude_none=True)
     base = {k: base[k] for k in ("name", "model", "target", "baselines", "accuracy")}
-    base["measure"] = {"warmup": 2, "repeat": 20}
+    base["measure"] = {"warmup": 2, "repeat": REPEAT}
     folder = runs / name
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "search.yaml"
@@ -118,7 +121,7 @@ def main() -> None:
         measured = builds(out)
         start, best = measured.get(search["start"]["pipeline"]), measured.get((search["best"] or {}).get("pipeline"))
         if start is None or best is None:
-            table.append([name, "—", "—", "—", "—", "search measured nothing", "—", "—", str(search["measured"])])
+            table.append([name, *["—"] * 4, "search measured nothing", "—", "—", str(search["measured"])])
             continue
         ahead = best.ci[1] < start.ci[0]
         table.append([
@@ -130,9 +133,9 @@ def main() -> None:
     header = (f"# Does a small change of `default` beat it? {cpu_name()} ({host_cpu()}), "
               f"{datetime.now():%Y-%m-%d %H:%M}\n\n"
               f"Local ordering search (`search: local`, scripts/search_corpus.py) from `default` on each model: every "
-              f"swap of two adjacent passes and every single drop, moving to the fastest while it is more than 2% "
-              f"faster, {args.minutes:g} minutes per model (budget {args.budget} distinct IRs). Untuned builds, "
-              f"20 runs each, one worker; CIs are each build's bootstrap 95% CI of its median, and *ahead beyond "
+              f"swap of two adjacent passes and every single drop, moving to the fastest while it is more than "
+              f"{MIN_GAIN:.0%} faster, {args.minutes:g} minutes per model (budget {args.budget} distinct IRs). "
+              f"Untuned builds, {REPEAT} runs each, one worker; CIs are each build's bootstrap 95% CI of its median, and *ahead beyond "
               f"the CIs* means the best's upper bound is below the start's lower bound.\n")
     args.page.write_text(header + "\n" + markdown_table(
         ["model", "default ms [CI]", "best found ms [CI]", "default/best", "ahead beyond the CIs", "what it changed",

@@ -116,7 +116,8 @@ def test_a_target_without_avx512bf16_is_refused_and_the_run_exits_2(tmp_path, ca
         run_pipeline(_model(), parse_text(PIPELINE), make_target(TargetConfig(mcpu="znver2")), stats=False)
     config = tmp_path / "bf16.yaml"
     config.write_text(yaml.safe_dump({
-        "name": "bf16_refused", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]}}, "pipeline": "default_bf16",
+        "name": "bf16_refused", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]}},
+        "pipeline": "default_bf16",
         "target": {"kind": "llvm", "mcpu": "znver2"}, "baselines": ["ort_none"], "output": str(tmp_path / "run")}))
     assert main(["run", str(config)]) == 2
     assert "has no avx512bf16" in capsys.readouterr().err
@@ -134,7 +135,8 @@ def test_a_bf16_build_for_a_cpu_this_one_is_not_builds_and_is_not_measured(tmp_p
         pytest.skip(f"this CPU ({HOST.attrs.get('mcpu')}) runs sapphirerapids code")
     config = tmp_path / "spr.yaml"
     config.write_text(yaml.safe_dump({
-        "name": "bf16_spr", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]}}, "pipeline": "default_bf16",
+        "name": "bf16_spr", "model": {"source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]}},
+        "pipeline": "default_bf16",
         "target": {"kind": "llvm", "mcpu": "sapphirerapids"}, "baselines": ["ort_none"],
         "measure": {"warmup": 1, "repeat": 3}, "output": str(tmp_path / "run")}))
     assert main(["run", str(config)]) == 0
@@ -223,3 +225,14 @@ def test_tuning_searches_the_bf16_kernel_tensorized_and_the_tuned_build_holds_th
     assert main(["run", str(path)]) == 0
     result = RunResult.read(tmp_path / "run")
     assert result.accuracy["workbench"].ok and result.tuning.covered
+
+
+def test_keep_first_conv_and_ops_leave_those_in_fp32():
+    """`keep_first_conv` keeps the conv on the raw input fp32 (the pass's analysis says why), `ops: [conv2d]`
+    every matmul."""
+    target = make_target(TargetConfig(mcpu="znver4"))
+    pipeline = PIPELINE.replace("bf16,", "bf16(keep_first_conv=true,ops=[conv2d]),")
+    _, records = run_pipeline(_model(), parse_text(pipeline), target)
+    analysis = next(r.analysis for r in records if r.name == "bf16")
+    assert analysis["conv2d_bf16"] == 2 and analysis["conv2d_kept_fp32"] == ["the first conv (keep_first_conv)"]
+    assert "matmul_bf16" not in analysis

@@ -252,10 +252,10 @@ def test_an_idle_worker_does_not_take_a_second_run_of_the_ir_a_busy_worker_is_bu
     from collections import deque
     from types import SimpleNamespace
 
-    from workbench.sweep.workers import stealable
+    from workbench.sweep.workers import Task, stealable
 
     def task(key, pipeline, prefer):
-        return (key, "run", {"model": BASE["model"], "target": "llvm", "pipeline": pipeline}, prefer, None)
+        return Task(key, "run", {"model": BASE["model"], "target": "llvm", "pipeline": pipeline}, prefer)
 
     busy = SimpleNamespace(task=task("a0", "fuse", 0))
     pool = [busy, SimpleNamespace(task=None)]

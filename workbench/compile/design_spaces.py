@@ -56,6 +56,9 @@ def _packed_dot(task: ms.ExtractedTask) -> PackedKind | None:
     return BF16 if f'"{BF16.name}"' in text and runs_on(BF16, task.target) else None
 
 
+LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"  # the block RewriteLayout adds for a weight
+
+
 @derived_object
 class ImportLLVM(PyPostproc):
     """Annotates a schedule's first loop with LLVM IR to link into the kernel's module (`pragma_import_llvm`):
@@ -71,7 +74,8 @@ class ImportLLVM(PyPostproc):
     def apply(self, sch: tvm.s_tir.Schedule) -> bool:
         for block in sch.get_child_blocks(sch.get_sblock("root")):
             loops = sch.get_loops(block)
-            if loops:
+            # not the weight's layout-rewrite block: a build moves it into a function of its own
+            if loops and LAYOUT_REWRITE_PREPROC not in sch.get(block).annotations:
                 sch.annotate(loops[0], IMPORT_ANNOTATION, self.ir)
                 return True
         return False

@@ -95,12 +95,15 @@ def cpu_features(target: tvm.target.Target) -> list[str]:
     return [feature for feature in VECTOR_FEATURES if feature in available]
 
 
+def missing_features(target: tvm.target.Target) -> list[str]:
+    """The vector features an llvm target's code may use that this machine's CPU lacks."""
+    host = tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()})
+    return sorted(set(cpu_features(target)) - set(cpu_features(host)))
+
+
 def runs_here(target: tvm.target.Target) -> bool:
     """Whether code built for `target` runs on this machine: an llvm target whose vector features this CPU has."""
-    if target.kind.name != "llvm":
-        return False
-    host = tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()})
-    return set(cpu_features(target)) <= set(cpu_features(host))
+    return target.kind.name == "llvm" and not missing_features(target)
 
 
 def resolved(target: tvm.target.Target) -> dict:

@@ -30,6 +30,7 @@ from workbench.errors import UserError
 from workbench.kernels.packed_conv import BF16, emit_conv2d, emit_matmul, to_ohwi
 from workbench.kernels.x86_bf16 import BF16_FEATURE, bf16_target
 from workbench.passes.figures import report_analysis
+from workbench.passes.packing import float32_constant_weight
 from workbench.passes.registry import register
 from workbench.passes.rewrite import rewrite_calls
 
@@ -49,40 +50,28 @@ def _bf16(array: np.ndarray) -> np.ndarray:
 
 
 class _ConvRule:
-    """Which conv2d calls the pass takes (`why_not`) and their rewrite (`__call__`); the first conv kept where asked."""
+    """Which conv2d calls the pass takes (`why_not`) and their rewrite (`__call__`); the first conv kept where
+    asked."""
 
     def __init__(self, keep_first: bool) -> None:
-        self.keep_first, self.seen = keep_first, 0
+        self.keep_first, self.first = keep_first, None
 
     def why_not(self, call: relax.Call) -> str | None:
         a = call.attrs
-        self.seen += 1
-        if self.keep_first and self.seen == 1:
+        self.first = call if self.first is None else self.first  # the rewrite visits the graph from its input
+        if self.keep_first and call.same_as(self.first):
             return "the first conv (keep_first_conv)"
         if str(a.data_layout) != "NHWC" or str(a.out_layout or "NHWC") != "NHWC":
             return f"layout {a.data_layout} (needs NHWC: run convert_layout(conv2d=NHWC) before bf16)"
-        if not isinstance(call.args[1], tvm.ir.expr.Constant):
-            return "weight is not a constant (run fold_constant before bf16)"
-        if {str(call.args[0].ty.dtype), str(call.args[1].ty.dtype)} != {"float32"}:
-            return "dtypes other than float32"
         if int(a.groups) != 1:
             return f"grouped ({int(a.groups)} groups): kept fp32 (a depthwise conv has no channel sum to pair)"
-        return None
+        return float32_constant_weight(call)
 
     def __call__(self, builder: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         a = call.attrs
         w_ohwi = to_ohwi(call.args[1].value.numpy(), str(a.kernel_layout))
         x = builder.emit(relax.op.astype(call.args[0], "bfloat16"))
         return emit_conv2d(builder, BF16, x, _bf16(w_ohwi), a.strides, a.padding, a.dilation)
-
-
-def _matmul_why_not(call: relax.Call) -> str | None:
-    weight = call.args[1]
-    if not isinstance(weight, tvm.ir.expr.Constant) or len(weight.ty.shape) != 2:
-        return "weight is not a 2-D constant"
-    if {str(call.args[0].ty.dtype), str(weight.ty.dtype)} != {"float32"}:
-        return "dtypes other than float32"
-    return None
 
 
 def _matmul(builder: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
@@ -114,7 +103,7 @@ def bf16(params: Bf16Params) -> tvm.transform.Pass:
                 mod, "relax.nn.conv2d", rule.why_not, rule)
         if "matmul" in params.ops:
             mod, figures["matmul_bf16"], figures["matmul_kept_fp32"] = rewrite_calls(
-                mod, "relax.matmul", _matmul_why_not, _matmul)
+                mod, "relax.matmul", lambda call: float32_constant_weight(call, rank=2), _matmul)
         report_analysis(**figures)
         return relax.transform.DeadCodeElimination()(mod)
 

@@ -28,18 +28,23 @@ def _depthwise(groups: int, channels: int, w_ohwi) -> bool:
     return groups > 1 and groups == channels == w_ohwi.shape[0]
 
 
+def float32_constant_weight(call: relax.Call, rank: int | None = None) -> str | None:
+    """Why a conv2d or matmul is not fp32 throughout with a constant weight (of `rank` dimensions), or None: what
+    the packed kernels' passes (this one, bf16) need before they can pack the weight once."""
+    weight = call.args[1]
+    if not isinstance(weight, tvm.ir.expr.Constant) or (rank is not None and len(weight.ty.shape) != rank):
+        return f"weight is not a {f'{rank}-D ' if rank else ''}constant (run fold_constant after convert_layout)"
+    dtypes = {str(call.args[0].ty.dtype), str(weight.ty.dtype), str(call.ty.dtype)}
+    return None if dtypes == {"float32"} else f"dtypes {sorted(dtypes)} (needs float32)"
+
+
 def _why_not(call: relax.Call) -> str | None:
     """Why this conv2d does not take the packed kernel (None when it does)."""
     a = call.attrs
     layout = str(a.data_layout)
     if layout not in ("NHWC", "NCHW") or str(a.out_layout or layout) != layout:
         return f"layout {layout} -> {a.out_layout} (needs NHWC, or NCHW in and out)"
-    if not isinstance(call.args[1], tvm.ir.expr.Constant):
-        return "weight is not a constant (run fold_constant after convert_layout)"
-    dtypes = {str(call.args[0].ty.dtype), str(call.args[1].ty.dtype), str(call.ty.dtype)}
-    if dtypes != {"float32"}:
-        return f"dtypes {sorted(dtypes)} (needs float32)"
-    return None
+    return float32_constant_weight(call)
 
 
 def _one_column(x: relax.Expr, padding, w_ohwi) -> bool:
@@ -115,12 +120,10 @@ WIDE = 4 * LANES  # narrower matmuls fit the default tile whatever their column 
 
 def _matmul_why_not(call: relax.Call) -> str | None:
     """Why this matmul keeps its relax form (None when it takes the packed kernel)."""
-    weight = call.args[1]
-    if not isinstance(weight, tvm.ir.expr.Constant) or len(weight.ty.shape) != 2:
-        return "weight is not a 2-D constant"
-    if {str(call.args[0].ty.dtype), str(weight.ty.dtype)} != {"float32"}:
-        return "dtypes other than float32"
-    columns = int(weight.ty.shape[1])
+    problem = float32_constant_weight(call, rank=2)
+    if problem:
+        return problem
+    columns = int(call.args[1].ty.shape[1])
     if columns % LANES == 0 or columns < WIDE:
         return f"{columns} columns: a multiple of {LANES} or under {WIDE} (the default matmul tile takes them)"
     return None

@@ -149,8 +149,9 @@ def note_accuracy(result: RunResult, measured: Measured, experiment: Experiment)
         if reference is None:
             result.accuracy[label] = Accuracy(ok=None, note=f"reference {experiment.accuracy.reference} did not run")
         elif label != experiment.accuracy.reference:
+            bf16 = runs_bf16(label, experiment.pipeline)
             result.accuracy[label] = Accuracy(**compare(produced, reference, experiment.accuracy.rtol,
-                                                        experiment.accuracy.atol, runs_bf16(label, experiment.pipeline)))
+                                                        experiment.accuracy.atol, bf16))
 
 
 def log_mlflow(experiment: Experiment, base_dir: Path, result: RunResult, out_dir: Path,

@@ -63,10 +63,11 @@ def errors_text(accuracy: dict) -> str:
 def bench(experiment: Experiment, baselines: list[str], work_dir: Path, repeat: int, rounds: int,
           log: Callable[[str], None] = print, sources: ScheduleSources | None = None) -> Row:
     """Build the experiment's model with its pipeline (untuned, or with `sources`' schedules), run it next to
-    `baselines` (of config/baselines.py's SIDE_BY_SIDE) on the same seeded inputs, check it against ort_none within the experiment's
-    tolerance, and time every label that runs. Never raises for a model's failure: the row carries it."""
+    `baselines` (of config/baselines.py's SIDE_BY_SIDE) on the same seeded inputs, check it against ort_none within
+    the experiment's tolerance (bf16's for a bf16 pipeline: models/accuracy.py), and time every label that runs.
+    Never raises for a model's failure: the row carries it."""
     tolerance = experiment.accuracy
-    bf16 = runs_bf16(WORKBENCH_LABEL, experiment.pipeline)  # held to bf16's tolerance (models/accuracy.py), not the entry's
+    bf16 = runs_bf16(WORKBENCH_LABEL, experiment.pipeline)  # held to bf16's tolerance, not the entry's
     row, stage = Row(experiment.name, tolerance.rtol, tolerance.atol), _Stages(experiment.name, log)
     try:
         with stage("load"):  # and import: prepare() does both

@@ -18,10 +18,10 @@ from collections import deque
 from pathlib import Path
 
 from workbench.errors import UserError
-from workbench.sweep.workers import run_variant_task, worker_setup
+from workbench.sweep.workers import WorkerSetup, run_variant_task, worker_setup
 
 
-def run_on_node(setup, kind: str, config: dict, reference: dict | None) -> tuple[str, object, str]:
+def run_on_node(setup: WorkerSetup, kind: str, config: dict, reference: dict | None) -> tuple[str, object, str]:
     """`run_variant_task` as a Ray task, with the Ray node it ran on (the store's `ran_on`: did the cells spread)."""
     import ray
 
@@ -73,8 +73,10 @@ class RayPool:
         try:
             while pending or in_flight:
                 while pending and len(in_flight) < self.workers:
-                    key, kind, config, _prefer, reference = pending.popleft()
-                    in_flight[task.remote(setup, kind, config, reference)] = (key, kind, time.monotonic() + timeout_s)
+                    queued = pending.popleft()
+                    key, kind = queued.key, queued.kind
+                    ref = task.remote(setup, kind, queued.config, queued.reference)
+                    in_flight[ref] = (key, kind, time.monotonic() + timeout_s)
                 soonest = min(deadline for _, _, deadline in in_flight.values())
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=max(0.05, soonest - time.monotonic()))
                 for ref in ready:

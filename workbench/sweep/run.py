@@ -29,6 +29,7 @@ from workbench.record.result import RunResult
 from workbench.sweep.spec import SWEEP_MARKER, Sweep, Variant, short_digest
 from workbench.sweep.store import SweepStore
 from workbench.sweep.tuning import tune_classes
+from workbench.sweep.workers import Task
 
 
 @dataclass
@@ -136,7 +137,7 @@ class SweepRun:
             def on_done(key: str, ok: bool, value: Any, worker: int | None) -> None:
                 out[key] = ("ok" if ok else "error", value, worker)
 
-            self.pool.run(deque((k, "hash", v.config, None, None) for k, v in todo.items()), on_done)
+            self.pool.run(deque(Task(k, "hash", v.config, None) for k, v in todo.items()), on_done)
         return out
 
     def measure(self, variants: list[Variant], hashes: dict[str, tuple]) -> None:
@@ -188,6 +189,6 @@ class SweepRun:
         for c in fresh:
             c.started = time.monotonic()
         self.progress.update(self.bar, description=f"{self.sweep.name}: measuring")
-        self.pool.run(deque((c.key, "run", c.members[0].config, c.worker, c.members[0].reference) for c in fresh),
+        self.pool.run(deque(Task(c.key, "run", c.members[0].config, c.worker, c.members[0].reference) for c in fresh),
                       on_done)
         self.progress.update(self.bar, description=self.sweep.name)

@@ -1,22 +1,25 @@
 """Ordering search: build pass sequences step by step instead of enumerating every ordering.
 
-`orderings: {search: greedy | beam | random, passes: [...], max_length: K, budget: N}`. Every strategy first
-measures the prefix + suffix alone (the reference), then:
+`orderings: {search: greedy | beam | random | local, passes: [...], max_length: K, budget: N, minutes: M}`.
+greedy, beam and random first measure the prefix + suffix alone (the reference), then:
 - greedy: extends the best sequence by each unused pass, keeps the best extension, stops when none is faster;
 - beam: keeps the `beam_width` best sequences of each length and extends all of them, up to `max_length`;
-- random: seeded random sequences (random length, random passes in random order), `workers` at a time;
-- local: starts from `passes` in their order (`passes: default` is the default pipeline) and moves to the fastest
-  neighbour (two adjacent passes swapped, or one pass dropped) while it is faster by more than `MIN_GAIN`: does
-  any small change of a pipeline beat it, and which.
-A candidate is scored by its measured median (the tuned build's in a tuned sweep). Candidates are hashed first:
-one whose optimized IR equals one seen before joins that class and is not measured again, and only distinct
-IRs count toward `budget`; with `minutes`, no new IR is measured once they are spent. Everything is recorded in the sweep's store as it goes, so a resumed search replays
-the same steps from the store (nothing finished is measured again) and carries on. `search.json` holds the
-steps, the trajectory (best so far against distinct variants measured) and the best sequence found.
+- random: seeded random sequences (random length, random passes in random order), `workers` at a time.
+local starts from `passes` in their order (`passes: default` is the default pipeline) and moves to the fastest
+neighbour (two adjacent passes swapped, or one pass dropped) while it is faster by more than `MIN_GAIN`: does any
+small change of a pipeline beat it, and which.
+A candidate is scored by its measured median (the tuned build's in a tuned sweep). Candidates are hashed first: one
+whose optimized IR equals one seen before joins that class and is not measured again, and only distinct IRs count
+toward `budget`; with `minutes`, no new IR is measured once they are spent (checked between batches of `workers`
+candidates; a resumed search goes on with the minutes it had left). Everything is recorded in the sweep's store as
+it goes, so a resumed search replays the same steps from the store (nothing finished is measured again) and
+carries on. `search.json` holds the steps, the trajectory (best so far against distinct variants measured) and the
+best sequence found.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
 
@@ -48,7 +51,9 @@ class OrderingSearch:
         self.hashes: dict[str, float | None] = {}  # structural hash -> score of the first candidate with that IR
         self.trajectory: list[dict] = []
         self.steps: list[dict] = []
-        self.started = time.monotonic()
+        earlier = self.sweep.output / SUMMARY  # a resumed search goes on with the minutes it had left
+        spent = json.loads(earlier.read_text()).get("elapsed_min", 0.0) if earlier.is_file() else 0.0
+        self.started = time.monotonic() - 60 * spent
 
     @property
     def measured(self) -> int:
@@ -162,8 +167,13 @@ class OrderingSearch:
             move += 1
             swaps = [current[:i] + (current[i + 1], current[i]) + current[i + 2:] for i in range(len(current) - 1)]
             drops = [current[:i] + current[i + 1:] for i in range(len(current))]
-            ranked = sorted(((s, v) for s, v in self.evaluate(swaps + drops, f"move {move}") if v is not None),
-                            key=lambda item: item[1])
+            neighbours, scored = swaps + drops, []
+            batch = max(1, self.sweep.section.workers)  # a batch at a time: the minutes are checked between
+            for first in range(0, len(neighbours), batch):
+                if self.exhausted:
+                    break
+                scored += self.evaluate(neighbours[first:first + batch], f"move {move}")
+            ranked = sorted(((s, v) for s, v in scored if v is not None), key=lambda item: item[1])
             if not ranked or ranked[0][1] >= best * (1 - MIN_GAIN):
                 return
             current, best = ranked[0]

@@ -5,8 +5,9 @@ of the same model and the same tuning state. A study's variant runs time the ful
 own, in interleaved rounds of the same process (label `full`), and the cell's ratio is read from that run
 (`paired`); a run without it is compared with the full pipeline's own run, timed in another process. Its 95%
 interval is the ratio of the two medians' bootstrap CIs taken at their far ends (the variant's low over the full's
-high, and the other way round): conservative, so a cell marked significant is. A variant whose optimized IR equals the full pipeline's is the same build ("same IR": the
-pass does nothing on that model); a variant that broke the model is a failed cell with its reason.
+high, and the other way round): conservative, so a cell marked significant is. A variant whose optimized IR
+equals the full pipeline's is the same build ("same IR": the pass does nothing on that model); a variant that broke
+the model is a failed cell with its reason.
 """
 
 from __future__ import annotations
@@ -87,8 +88,10 @@ def study_cells(rows: list[dict], variants: list[dict]) -> list[Cell]:
             paired = row.get("against", {}).get(FULL)
             ratio, low, high = paired or (row["median_ms"] / full["median_ms"], row["ci_low"] / full["ci_high"],
                                           row["ci_high"] / full["ci_low"])
+            # the full pipeline's median as timed beside this variant where it was, else its own run's
+            full_ms = row["median_ms"] * row["speedup"][FULL] if paired else full["median_ms"]
             cells.append(Cell(model, label, tuned, _verdict(low, high), ratio, low, high, row["median_ms"],
-                              full["median_ms"], v["pipeline_text"], paired=paired is not None))
+                              full_ms, v["pipeline_text"], paired=paired is not None))
     return cells
 
 
@@ -140,14 +143,17 @@ def _square(x: float, y: float, color: str):
     return Rectangle((x - 0.5, y - 0.5), 1, 1, color=color, zorder=0.5)
 
 
-def best_pipelines(rows: list[dict]) -> list[tuple[str, bool, dict]]:
-    """Per model and tuning state, its fastest measured class row."""
-    best: dict[tuple[str, bool], dict] = {}
-    for row in rows:
-        key = (row["grid"].get("model", ""), row["tuned"])
-        if key not in best or row["median_ms"] < best[key]["median_ms"]:
-            best[key] = row
-    return [(model, tuned, row) for (model, tuned), row in sorted(best.items())]
+def best_line(model: str, tuned: bool, cells: list[Cell]) -> str:
+    """The model's fastest variant against the full pipeline, by the cells' ratios (timed side by side where they
+    were paired), and whether its lead is beyond the interval; the full pipeline where no variant was faster."""
+    state = "tuned" if tuned else "untuned"
+    measured = [c for c in cells if c.model == model and c.tuned == tuned and c.ratio is not None
+                and c.verdict != SAME_IR]
+    fastest = min(measured, key=lambda c: c.ratio, default=None)
+    if fastest is None or fastest.ratio >= 1:
+        return f"- {model} ({state}): the full pipeline; no variant was faster"
+    return (f"- {model} ({state}): `{fastest.label}` (`{fastest.pipeline}`), {1 / fastest.ratio:.2f}x the full "
+            f"pipeline's speed" + (" beyond the interval" if fastest.verdict == HURTS else ", within the noise"))
 
 
 def write_study(folder: Path, rows: list[dict], variants: list[dict]) -> list[str]:
@@ -177,11 +183,7 @@ def write_study(folder: Path, rows: list[dict], variants: list[dict]) -> list[st
                                                               else "") if (model, label, tuned) in lookup else "—"
                       for label in labels]] for model in models]))
     section.append("### Best pipeline found per model")
-    full_of = {(c.model, c.tuned): c.full_ms for c in cells if c.full_ms}
-    section.append("\n".join(
-        f"- {model} ({'tuned' if tuned else 'untuned'}): `{row['pipeline_text']}` {row['median_ms']:.3f} ms"
-        + (f", {full_of[(model, tuned)] / row['median_ms']:.2f}x the full pipeline's "
-           f"{full_of[(model, tuned)]:.3f} ms" if (model, tuned) in full_of else "")
-        for model, tuned, row in best_pipelines(rows)))
+    section.append("\n".join(best_line(model, tuned, cells) for tuned in sorted({c.tuned for c in cells})
+                             for model in models))
     section.append(f"Cells: [{table_csv.name}]({table_csv.name}).")
     return section

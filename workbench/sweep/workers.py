@@ -14,13 +14,26 @@ from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from workbench.config import Experiment, validate
 from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import UserError
 from workbench.runtime.threads import TVM_THREADS_ENV, cpu_threads
 from workbench.sweep.spec import Sweep, ir_key
+
+if TYPE_CHECKING:
+    from workbench.compile.build import Built
+
+
+class Task(NamedTuple):
+    """One task for a pool: hash a variant's pipeline, or build and measure it (`run`)."""
+
+    key: Any  # what on_done reports it under
+    kind: str  # "hash" or "run"
+    config: dict  # the variant's experiment
+    prefer: int | None  # the worker that ran its pipeline (and still holds the optimized module), if any
+    reference: dict | None = None  # a run's full pipeline to time beside it (a study's ablation variant)
 
 
 @dataclass(frozen=True)
@@ -100,13 +113,15 @@ class VariantRunner:
         if self.plugin_error:
             raise UserError(self.plugin_error)
         key = ir_key(config)
-        if key not in self.optimized:
+        if key in self.optimized:
+            self.optimized[key] = self.optimized.pop(key)  # the most recently used last
+        else:
             self.optimized[key] = optimize(self.prepared(experiment), experiment.pipeline)
-            while len(self.optimized) > 16:  # bound the memory (a study's model has 13 variants): drop the oldest
+            while len(self.optimized) > 16:  # bound the memory (a study's model has 13 variants): drop the LRU
                 self.optimized.pop(next(iter(self.optimized)))
         return self.optimized[key]
 
-    def reference_build(self, reference: dict):
+    def reference_build(self, reference: dict) -> Built:
         """The build of a study variant's full pipeline (compiled once per process: BuildCache)."""
         from workbench.compile.schedule_sources import schedule_sources
         from workbench.stages import build
@@ -119,6 +134,7 @@ class VariantRunner:
 
     def _run(self, experiment: Experiment, config: dict, reference: dict | None) -> dict:
         import io
+        import traceback
 
         from rich.console import Console
 
@@ -126,7 +142,13 @@ class VariantRunner:
         from workbench.sweep.study import FULL
 
         optimized = self.optimized_module(experiment, config)  # usually run already, by this worker's hash task
-        beside = {FULL: self.reference_build(reference)} if reference is not None else None
+        beside = None
+        if reference is not None:
+            try:
+                beside = {FULL: self.reference_build(reference)}
+            except Exception:  # noqa: BLE001 - the full pipeline's own cell says why; this one is timed alone
+                traceback.print_exc()
+                print("the full pipeline failed to build: this variant is timed without it beside", flush=True)
         result = run_experiment(experiment, Path(self.setup.base_dir), console=Console(file=io.StringIO()), store=False,
                                 builds=self.builds, prepared=self.prepared(experiment), optimized=optimized,
                                 beside=beside)
@@ -208,13 +230,13 @@ class _Worker:
                                    args=(child, str(self.log), worker_setup(sweep, base_dir, workers)))
         self.process.start()
         child.close()
-        self.task: tuple | None = None
+        self.task: Task | None = None
         self.deadline = 0.0
 
-    def assign(self, task: tuple, timeout_s: float) -> None:
+    def assign(self, task: Task, timeout_s: float) -> None:
         self.task = task
         self.deadline = time.monotonic() + timeout_s
-        self.conn.send((task[1], task[2], task[4]))
+        self.conn.send((task.kind, task.config, task.reference))
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -223,15 +245,15 @@ class _Worker:
         self.conn.close()
 
 
-def stealable(pending: deque, pool: list[_Worker]) -> tuple | None:
+def stealable(pending: deque[Task], pool: list[_Worker]) -> Task | None:
     """The oldest task an idle worker may take: routed nowhere (or to a worker gone), or routed to a busy
     worker that is not running the same IR."""
-    running = {ir_key(w.task[2]) for w in pool if w.task}
+    running = {ir_key(w.task.config) for w in pool if w.task}
     for task in pending:
-        prefer = task[3]
+        prefer = task.prefer
         if prefer is None or prefer >= len(pool):
             return task
-        if pool[prefer].task is not None and ir_key(task[2]) not in running:
+        if pool[prefer].task is not None and ir_key(task.config) not in running:
             return task
     return None
 
@@ -248,7 +270,7 @@ class LocalPool:
         self.pool: list[_Worker] = []
 
     def run(self, pending: deque, on_done) -> None:
-        """Run (key, kind, config, preferred worker, reference) tasks; `on_done(key, ok, value, worker_index)` for each.
+        """Run tasks; `on_done(key, ok, value, worker_index)` for each.
 
         A task preferring a worker (the one that ran its pipeline already) waits for it while that worker is
         busy; an idle worker with nothing routed to it takes such a task only when no busy worker is running
@@ -266,7 +288,7 @@ class LocalPool:
         while pending or any(w.task for w in pool):
             for i, w in enumerate(pool):
                 if w.task is None and pending:
-                    pick = next((t for t in pending if t[3] == i), None) or stealable(pending, pool)
+                    pick = next((t for t in pending if t.prefer == i), None) or stealable(pending, pool)
                     if pick is None:
                         continue  # what is left waits for the workers that hold its IR
                     pending.remove(pick)
@@ -279,7 +301,7 @@ class LocalPool:
             for i, w in enumerate(pool):
                 if w.task is None:
                     continue
-                key, kind = w.task[:2]
+                key, kind = w.task.key, w.task.kind
                 failure = None
                 try:
                     if w.conn.poll():
