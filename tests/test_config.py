@@ -99,16 +99,17 @@ def test_config_hash_is_stable_and_sensitive():
 
 
 def test_one_measuring_round_keeps_the_hash_runs_had_before_rounds_existed():
-    """Sweep variant ids and store groupings come from the hash: `measure.rounds: 1`, the protocol before the key
-    existed, hashes as a config without it did; more rounds measure differently and hash differently."""
+    """Sweep variant ids and store groupings come from the hash: `measure.rounds: 1` and no `round_seconds`, the
+    protocol before those keys existed, hash as a config without them did; setting either hashes differently."""
     import hashlib
     import json
 
     a = validate(dict(BASE), "f")
     before = a.model_dump(mode="json", exclude={"record"})
-    del before["measure"]["rounds"]
+    del before["measure"]["rounds"], before["measure"]["round_seconds"]
     assert a.config_hash() == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
     assert validate({**BASE, "measure": {"rounds": 3}}, "f").config_hash() != a.config_hash()
+    assert validate({**BASE, "measure": {"round_seconds": 2}}, "f").config_hash() != a.config_hash()
 
 
 def test_output_and_store_paths(tmp_path):

@@ -69,6 +69,17 @@ def test_interleaved_rounds_time_every_label_in_turn_and_keep_going_past_a_failu
         raise AssertionError("a failing label without `failures` must raise")
 
 
+def test_round_seconds_caps_a_slow_labels_runs_and_leaves_a_fast_one_its_repeat():
+    """A label of 20 ms a run under a 0.1 s cap runs about 5 times a round (at least 3), a 0.1 ms one all 40."""
+    def runner(label: str, seconds: float) -> Runner:
+        return Runner(label, lambda: time.sleep(seconds), lambda _: [])
+
+    timings = interleaved({"slow": runner("slow", 0.02), "fast": runner("fast", 0.0001)}, warmup=1, repeat=40,
+                          rounds=2, round_seconds=0.1)
+    assert 2 * 3 <= timings["slow"].repeats <= 2 * 6 and timings["fast"].repeats == 2 * 40
+    assert timings["slow"].median_ms >= 20
+
+
 def test_ort_runner_binds_inputs_once_and_runs_string_inputs_without_binding():
     """I/O binding (inputs placed once, outputs bound) gives session.run's outputs, call after call; OrtValues hold
     no strings, so a model with a string input runs with plain calls."""

@@ -123,6 +123,10 @@ class MeasureConfig(Strict):
     rounds: PositiveInt = Field(default=1, description="interleaved rounds: each round times every label once in "
                                                        "turn, so a load change hits all alike (more than one keeps "
                                                        "every label's runtime loaded at once)")
+    round_seconds: PositiveFloat | None = Field(
+        default=None, description="at most about this many seconds of timed runs per label and round: a label "
+                                  "slower than round_seconds / repeat runs fewer (at least 3), so a study's 100x "
+                                  "slower variants do not take its hours")
     rpc: RpcConfig | None = Field(default=None, description="measure TVM builds on a remote device (a GPU host) "
                                                             "reached through this RPC tracker")
 
@@ -285,6 +289,8 @@ class Experiment(Strict):
         data = self.model_dump(mode="json", exclude={"record"})
         if data["measure"]["rounds"] == 1:
             del data["measure"]["rounds"]
+        if data["measure"]["round_seconds"] is None:  # the same for a cap added later
+            del data["measure"]["round_seconds"]
         blob = json.dumps(data, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

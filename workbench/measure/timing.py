@@ -79,13 +79,27 @@ class Sampled(Protocol):
 SETTLE_S = 0.2  # before each label's turn: the thread pools of the label before it stop spinning and sleep
 
 
+MIN_CAPPED_REPEAT = 3  # timed runs a label keeps under `round_seconds`, however slow
+
+
+def _capped_samples(runner: Sampled, warmup: int, repeat: int, round_seconds: float | None) -> np.ndarray:
+    """`repeat` samples, or with `round_seconds` about that many seconds' worth (at least MIN_CAPPED_REPEAT): the
+    first few runs say how long one takes."""
+    if round_seconds is None or repeat <= MIN_CAPPED_REPEAT:
+        return runner.samples(warmup, repeat)
+    first = runner.samples(warmup, MIN_CAPPED_REPEAT)
+    wanted = min(repeat, max(MIN_CAPPED_REPEAT, int(round_seconds * 1e3 / float(np.median(first)))))
+    return first if wanted == MIN_CAPPED_REPEAT else np.concatenate([first, runner.samples(0, wanted - len(first))])
+
+
 def interleaved(runners: dict[str, Sampled], warmup: int, repeat: int, rounds: int,
-                failures: dict[str, Exception] | None = None) -> dict[str, Timing]:
+                failures: dict[str, Exception] | None = None, round_seconds: float | None = None) -> dict[str, Timing]:
     """Each label timed in `rounds` rounds, every round timing every label once in turn (`repeat` runs after
-    `warmup`): a load change on the machine during the measurement hits all labels alike, so their ratios stay
-    fair. A label's figures are over all its samples. One round is the plain protocol: each label timed once, in
-    order. With `failures`, a label whose call raises is left out of the later rounds and of the result, its
-    exception kept there, and the others go on; without, the exception propagates."""
+    `warmup`, fewer where `round_seconds` caps a slow label's time): a load change on the machine during the
+    measurement hits all labels alike, so their ratios stay fair. A label's figures are over all its samples. One
+    round is the plain protocol: each label timed once, in order. With `failures`, a label whose call raises is
+    left out of the later rounds and of the result, its exception kept there, and the others go on; without, the
+    exception propagates."""
     samples: dict[str, list[np.ndarray]] = {label: [] for label in runners}
     for _ in range(rounds):
         for label, runner in runners.items():
@@ -94,7 +108,7 @@ def interleaved(runners: dict[str, Sampled], warmup: int, repeat: int, rounds: i
             if rounds > 1:
                 time.sleep(SETTLE_S)
             try:
-                samples[label].append(runner.samples(warmup, repeat))
+                samples[label].append(_capped_samples(runner, warmup, repeat, round_seconds))
             except Exception as exc:  # any runtime's failure at run time: the label's, not the others'
                 if failures is None:
                     raise

@@ -178,7 +178,8 @@ def _time(labels: dict[str, LabelMeasured], runners: dict[str, Runner], protocol
     failures: dict[str, Exception] = {}
     title = f"Timing {', '.join(runners)}" + (f" ({protocol.rounds} interleaved rounds)" if protocol.rounds > 1 else "")
     with step(title):
-        timings = interleaved(runners, protocol.warmup, protocol.repeat, protocol.rounds, failures)
+        timings = interleaved(runners, protocol.warmup, protocol.repeat, protocol.rounds, failures,
+                              protocol.round_seconds)
     for label in runners:
         if label in failures:
             _failed(labels[label], failures[label])
