@@ -1,5 +1,6 @@
 """A study's results page for docs/results/: its header (CPU, date, models, cells, how long), the report's section
-*What each pass buys, per model*, and the heatmap and cells beside it. Usage:
+*What each pass buys, per model*, and the heatmap and cells beside it. A `## Findings` section written by hand
+into the page is kept when the page is written again. Usage:
 
     python scripts/study_page.py runs/sweeps/corpus_ablation docs/results/passes_<cpu>.md
 """
@@ -40,8 +41,18 @@ def main() -> None:
               f"of them)" + (f", {args.wall_minutes:.0f} minutes in all (pipelines, builds, timing)"
                              if args.wall_minutes else "") + "\n"
               "- each cell in its own worker process, one at a time (2 cores), untuned unless a column says tuned\n\n")
-    args.page.write_text(header + section)
+    args.page.write_text(header + _findings(args.page) + section)
     print(f"wrote {args.page}, {stem.with_suffix('.png')}, {stem.with_suffix('.csv')}")
+
+
+def _findings(page: Path) -> str:
+    """The page's hand-written `## Findings` section (up to the next section), if it has one."""
+    text = page.read_text() if page.exists() else ""
+    if "## Findings" not in text:
+        return ""
+    start = text.index("## Findings")
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end < 0 else text[start:end + 1]
 
 
 if __name__ == "__main__":
