@@ -17,7 +17,7 @@ from pathlib import Path
 from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.record.result import RunResult
 from workbench.runtime.threads import cpu_threads
-from workbench.sweep.report import _paired_ratio
+from workbench.sweep.report import paired_ratio
 from workbench.sweep.spec import load_sweep
 from workbench.sweep.study import FULL
 from workbench.sweep.workers import VariantRunner, WorkerSetup
@@ -42,7 +42,7 @@ def main() -> None:
                 break
             result = RunResult.from_json(value["result"], "A/A run")
             ours, full = result.measurements[WORKBENCH_LABEL], result.measurements[FULL]
-            ratio, low, high = _paired_ratio(ours, full)
+            ratio, low, high = paired_ratio(ours, full)
             print(f"{variant.config['model']['source']} | {run} | {full.median_ms:.4f} | {ours.median_ms:.4f} | {ratio:.3f} [{low:.3f}, {high:.3f}]",
                   flush=True)
 

@@ -10,6 +10,7 @@ import yaml
 
 from workbench.cli import main
 from workbench.errors import UserError
+from workbench.sweep.search import MIN_GAIN
 from workbench.sweep.spec import load_sweep
 
 BASE = {
@@ -129,6 +130,14 @@ def test_local_search_starts_from_the_pipeline_tries_every_swap_and_drop_and_kee
     assert move <= swaps | drops and len(move) + 1 == len(trajectory[: 1 + len(move)])
     assert runs == search["measured"] <= 6 and runs == len({h for _s, _r, h in rows.values()})
     assert "the start `fold_constant,fold_batchnorm,fuse,dce`" in (tmp_path / "s" / "report.md").read_text()
+    # each new neighbour was timed beside the start in its own run: a paired ratio with a real interval
+    versus = next(step["versus"] for step in search["steps"] if step.get("versus"))
+    paired = {text: v["ratio"] for text, v in versus.items() if v["paired"]}
+    assert paired and set(paired) <= move
+    assert all(low <= ratio <= high and low < high for ratio, low, high in paired.values())
+    assert search["end"] == (search["moves"][-1]["to"] if search["moves"] else start)
+    for m in search["moves"]:  # a move only where the whole paired interval is more than MIN_GAIN faster
+        assert m["ratio"][2] < 1 - MIN_GAIN
 
     timed = write_search(tmp_path, name="t", search="local", budget=6, minutes=0.001)
     data = yaml.safe_load(timed.read_text())

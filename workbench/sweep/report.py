@@ -57,7 +57,7 @@ def _ci(measurement) -> tuple[float, float]:
     return tuple(getattr(measurement, "ci95_ms", None) or (measurement.median_ms, measurement.median_ms))
 
 
-def _paired_ratio(ours, theirs) -> tuple[float, float, float]:
+def paired_ratio(ours, theirs) -> tuple[float, float, float]:
     """Our median over another label's of the same run (timed in the same process and rounds), with a
     conservative 95% interval: the two bootstrap CIs taken at their far ends."""
     our_low, our_high = _ci(ours)
@@ -65,7 +65,7 @@ def _paired_ratio(ours, theirs) -> tuple[float, float, float]:
     return ours.median_ms / theirs.median_ms, our_low / their_high, our_high / their_low
 
 
-def _over_repeats(ratios: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+def over_repeats(ratios: list[tuple[float, float, float]]) -> tuple[float, float, float]:
     """One run's paired ratio as it is; over repeats, the median ratio and a bootstrap CI over the repeats."""
     if len(ratios) == 1:
         return ratios[0]
@@ -101,7 +101,7 @@ def ranked_rows(folder: Path) -> tuple[list[dict], list[dict], dict]:
             for label, m in r.measurements.items():
                 if label != WORKBENCH_LABEL and m.median_ms:
                     speedups[label].append(m.median_ms / r.measurements[WORKBENCH_LABEL].median_ms)
-                    against[label].append(_paired_ratio(r.measurements[WORKBENCH_LABEL], m))
+                    against[label].append(paired_ratio(r.measurements[WORKBENCH_LABEL], m))
         accuracy = [r.accuracy[WORKBENCH_LABEL].ok if WORKBENCH_LABEL in r.accuracy else None for r in runs.values()]
         distinct = sorted({m["pipeline_text"] for m in members}, key=lambda t: min(
             x["position"] for x in members if x["pipeline_text"] == t))
@@ -111,7 +111,7 @@ def ranked_rows(folder: Path) -> tuple[list[dict], list[dict], dict]:
             "members": sorted({m["id"] for m in members}), "grid": json.loads(members[0]["grid_json"] or "{}"),
             "repeats": len(runs), "median_ms": median, "ci_low": float(low), "ci_high": float(high),
             "speedup": {label: float(np.median(vals)) for label, vals in sorted(speedups.items())},
-            "against": {label: _over_repeats(vals) for label, vals in sorted(against.items())},
+            "against": {label: over_repeats(vals) for label, vals in sorted(against.items())},
             "kernels": first.kernels.get(WORKBENCH_LABEL),
             "accuracy_ok": None if None in accuracy else all(accuracy),
             "structural_hash": members[0]["structural_hash"],
@@ -363,11 +363,15 @@ def _search_section(folder: Path) -> list[str]:
     against = (f"; the start `{start['pipeline']}` {start['median_ms']:.3f} ms, "
                f"{start['median_ms'] / best['median_ms']:.2f}x the best's time" if start.get("median_ms") and best
                else "")
+    moves = [f"- moved to `{m['to']}`: {1 / m['ratio'][0]:.2f}x [{1 / m['ratio'][2]:.2f}, {1 / m['ratio'][1]:.2f}] "
+             "as fast as the pipeline it replaced, timed beside it" for m in search.get("moves") or []]
+    if search["strategy"] == "local":
+        moves = moves or ["- no move: no neighbour was faster beyond its paired interval"]
     return ["## Ordering search",
             f"{search['strategy']} search: {search['measured']} distinct variants measured (budget {search['budget']}"
             f"{minutes}); best sequence found: `{best.get('pipeline', '—')}` at "
             + (f"{best['median_ms']:.3f} ms" if best else "—") + (" (tuned)" if search["tuned"] else "") + against,
-            f"![search trajectory]({plot.name})", table]
+            *(["\n".join(moves)] if moves else []), f"![search trajectory]({plot.name})", table]
 
 
 def _variant_rows(folder: Path) -> list[dict]:

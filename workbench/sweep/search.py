@@ -7,7 +7,10 @@ greedy, beam and random first measure the prefix + suffix alone (the reference),
 - random: seeded random sequences (random length, random passes in random order), `workers` at a time.
 local starts from `passes` in their order (`passes: default` is the default pipeline) and moves to the fastest
 neighbour (two adjacent passes swapped, or one pass dropped) while it is faster by more than `MIN_GAIN`: does any
-small change of a pipeline beat it, and which.
+small change of a pipeline beat it, and which. Each neighbour is timed beside the current pipeline's build in the
+same worker process and interleaved rounds (label `full`, as a study's cells are), and a move is taken on that
+paired ratio, only where its 95% interval lies below 1 - MIN_GAIN: between processes the same build's median can
+move by 2x on this project's machines, within one it holds to about 1% (scripts/check_study_pairing.py).
 A candidate is scored by its measured median (the tuned build's in a tuned sweep). Candidates are hashed first: one
 whose optimized IR equals one seen before joins that class and is not measured again, and only distinct IRs count
 toward `budget`; with `minutes`, no new IR is measured once they are spent (checked between batches of `workers`
@@ -27,12 +30,16 @@ import numpy as np
 
 from workbench.atomic import atomic_write_json
 from workbench.config import pipeline_spec
+from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.config.named_pipelines import expand
+from workbench.sweep.report import over_repeats, paired_ratio
 from workbench.sweep.run import SweepRun, write_marker
 from workbench.sweep.spec import Sweep, Variant, pass_specs, target_kind
+from workbench.sweep.study import FULL
 
 SUMMARY = "search.json"
 Sequence = tuple[int, ...]  # indices into the search's passes
+Ratio = tuple[float, float, float]  # a candidate's median over another's, with its 95% interval
 MIN_GAIN = 0.02  # a local move must be this much faster: a move within a run's noise would wander
 
 
@@ -51,6 +58,9 @@ class OrderingSearch:
         self.hashes: dict[str, float | None] = {}  # structural hash -> score of the first candidate with that IR
         self.trajectory: list[dict] = []
         self.steps: list[dict] = []
+        self.timed_beside: dict[Sequence, Sequence] = {}  # candidate -> the sequence its run timed beside it
+        self.moves: list[dict] = []  # a local search's moves taken: from, to, the paired ratio
+        self.end: Sequence | None = None  # where a local search stands (its last move's sequence)
         earlier = self.sweep.output / SUMMARY  # a resumed search goes on with the minutes it had left
         spent = json.loads(earlier.read_text()).get("elapsed_min", 0.0) if earlier.is_file() else 0.0
         self.started = time.monotonic() - 60 * spent
@@ -73,19 +83,47 @@ class OrderingSearch:
     def text(self, seq: Sequence) -> str:
         return pipeline_spec.to_text(self.prefix + [self.passes[i] for i in seq] + self.suffix)
 
+    def _ranked(self, variants: list[Variant]) -> list[Variant]:
+        """The builds the search ranks by: the tuned ones in a tuned sweep."""
+        return [v for v in variants if v.tuned == (self.sweep.tuning is not None)]
+
+    def _variants(self, seq: Sequence) -> list[Variant]:
+        return self.sweep.make_variants(self.prefix + [self.passes[i] for i in seq] + self.suffix)
+
     def _score(self, variants: list[Variant]) -> float | None:
-        """The candidate's median (over repeats) of the builds the search ranks by (tuned, in a tuned sweep)."""
-        ranked = [v for v in variants if v.tuned == (self.sweep.tuning is not None)]
-        medians = [self.sweep_run.rows.get(v.id, {}).get("median_ms") for v in ranked]
+        """The candidate's median (over repeats) of the builds the search ranks by."""
+        medians = [self.sweep_run.rows.get(v.id, {}).get("median_ms") for v in self._ranked(variants)]
         if not medians or any(m is None for m in medians):
             return None
         return float(np.median(medians))
 
-    def evaluate(self, sequences: list[Sequence], step: str) -> list[tuple[Sequence, float | None]]:
-        """Score the sequences not scored yet: hash them, measure new IRs while the budget lasts; return the
-        scored ones (those past the budget are left out)."""
+    def versus(self, seq: Sequence, current: Sequence) -> tuple[Ratio, bool] | None:
+        """seq's median over current's and whether that ratio is paired (timed beside it in one process): where
+        seq's run timed current beside it; else the two medians from their own runs, an interval-less ratio."""
+        if self.timed_beside.get(seq) == current:
+            ratios = []
+            for v in self._ranked(self._variants(seq)):
+                result = self.sweep_run.store.results.get(self.sweep_run.rows.get(v.id, {}).get("run_id"))
+                timed = result.measurements if result is not None else {}
+                if WORKBENCH_LABEL in timed and FULL in timed and timed[FULL].median_ms:
+                    ratios.append(paired_ratio(timed[WORKBENCH_LABEL], timed[FULL]))
+            if ratios:
+                return over_repeats(ratios), True
+        ours, theirs = self.scores.get(seq), self.scores.get(current)
+        return ((ours / theirs,) * 3, False) if ours is not None and theirs else None
+
+    def evaluate(self, sequences: list[Sequence], step: str, beside: Sequence | None = None
+                 ) -> list[tuple[Sequence, float | None]]:
+        """Score the sequences not scored yet: hash them, measure new IRs while the budget lasts (each timed with
+        the build of `beside`, if given, in its run); return the scored ones (those past the budget are left
+        out)."""
         fresh = list(dict.fromkeys(s for s in sequences if s not in self.scores))
-        made = {s: self.sweep.make_variants(self.prefix + [self.passes[i] for i in s] + self.suffix) for s in fresh}
+        made = {s: self._variants(s) for s in fresh}
+        if beside is not None:
+            reference = {(v.repeat, v.tuned): v.config for v in self._variants(beside)}
+            for variants in made.values():
+                for v in variants:
+                    v.reference = reference.get((v.repeat, v.tuned))
         hashes = self.sweep_run.hash([v for vs in made.values() for v in vs])
         admitted, new = [], set()
         for seq in fresh:
@@ -95,6 +133,8 @@ class OrderingSearch:
                     continue
                 self.hashes[value] = None
                 new.add(seq)  # the first candidate with this IR: the one measured
+                if beside is not None:
+                    self.timed_beside[seq] = beside
             admitted.append(seq)
         variants = self.sweep.add([v for seq in admitted for v in made[seq]])
         write_marker(self.sweep)
@@ -127,6 +167,7 @@ class OrderingSearch:
             "start": ({"pipeline": self.text(start), "median_ms": self.scores.get(start)}
                       if self.spec.search == "local" else None),
             "best": {"pipeline": self.text(best[0]), "median_ms": best[1]} if best else None,
+            "moves": self.moves, "end": self.text(self.end) if self.end is not None else None,
             "trajectory": self.trajectory, "steps": self.steps,
         })
 
@@ -158,12 +199,13 @@ class OrderingSearch:
 
     def _local(self) -> None:
         """Hill-climb from the passes in their order: each move tries every adjacent swap and every single drop of
-        the current sequence and takes the fastest, if it beats the current one by more than MIN_GAIN."""
-        current = tuple(range(len(self.passes)))
+        the current sequence, each timed beside it, and takes the fastest by that paired ratio if its whole
+        interval is more than MIN_GAIN below 1 (a neighbour whose IR was measured before, beside another
+        sequence, is listed with its unpaired ratio but cannot move the search)."""
+        current = self.end = tuple(range(len(self.passes)))
         scored = self.evaluate([current], "start")
-        best = scored[0][1] if scored else None
         move = 0
-        while best is not None and not self.exhausted:
+        while scored and scored[0][1] is not None and not self.exhausted:
             move += 1
             swaps = [current[:i] + (current[i + 1], current[i]) + current[i + 2:] for i in range(len(current) - 1)]
             drops = [current[:i] + current[i + 1:] for i in range(len(current))]
@@ -172,11 +214,20 @@ class OrderingSearch:
             for first in range(0, len(neighbours), batch):
                 if self.exhausted:
                     break
-                scored += self.evaluate(neighbours[first:first + batch], f"move {move}")
-            ranked = sorted(((s, v) for s, v in scored if v is not None), key=lambda item: item[1])
-            if not ranked or ranked[0][1] >= best * (1 - MIN_GAIN):
+                scored += self.evaluate(neighbours[first:first + batch], f"move {move}", beside=current)
+            compared = {s: self.versus(s, current) for s, v in scored if v is not None}
+            ranked = sorted(((s, c) for s, c in compared.items() if c is not None), key=lambda item: item[1][0][0])
+            self.steps[-1]["versus"] = {self.text(s): {"ratio": list(ratio), "paired": paired}
+                                        for s, (ratio, paired) in ranked}
+            timed_beside = [(s, ratio) for s, (ratio, paired) in ranked if paired]  # only these may move it
+            if not timed_beside or timed_beside[0][1][2] >= 1 - MIN_GAIN:
+                self._write()
                 return
-            current, best = ranked[0]
+            current, ratio = timed_beside[0]
+            self.moves.append({"from": self.text(self.end), "to": self.text(current), "ratio": list(ratio)})
+            self.end = current
+            self._write()
+            scored = [(current, self.scores[current])]
 
     def _random(self) -> None:
         rng = random.Random(self.spec.seed)
