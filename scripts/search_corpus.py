@@ -13,7 +13,6 @@ Each model's search is a sweep of its own under --runs (`--resume`d where it exi
 from __future__ import annotations
 
 import argparse
-import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
@@ -118,13 +117,11 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs/searches"))
     parser.add_argument("--page", type=Path, required=True)
     args = parser.parse_args()
-    table, wall = [], {}
+    table = []
     for name in args.models:
         path = sweep_file(name, args.minutes, args.budget, args.runs)
         out = path.parent / "out"
-        started = time.monotonic()
         workbench(["sweep", str(path), *(["--resume"] if (out / RESULTS_STORE).exists() else [])])
-        wall[name] = (time.monotonic() - started) / 60
         search = yaml.safe_load((out / "search.json").read_text())  # JSON is YAML
         measured = builds(out)
         start, end = measured.get(search["start"]["pipeline"]), measured.get(search.get("end"))
@@ -133,13 +130,17 @@ def main() -> None:
             continue
         versus = next((step["versus"] for step in reversed(search["steps"]) if step.get("versus")), {})
         closest = next(((text, v["ratio"]) for text, v in versus.items() if v["paired"]), None)
+        neighbours = 2 * len(parse_text(search["end"])) - 1  # adjacent swaps and single drops
+        stopped = (f" (the minutes ran out after {len(versus)} of the last round's {neighbours} neighbours)"
+                   if search["elapsed_min"] >= args.minutes and len(versus) < neighbours else
+                   f" (every one of the last round's {neighbours} neighbours tried)")
         table.append([
             name, f"{start.median_ms:.3f} [{start.ci[0]:.3f}, {start.ci[1]:.3f}]",
-            "; ".join(f"{change(m['from'], m['to'])}: {speedup(m['ratio'])}" for m in search["moves"])
-            or "none (default kept)",
+            ("; ".join(f"{change(m['from'], m['to'])}: {speedup(m['ratio'])}" for m in search["moves"])
+             or "none (default kept)") + stopped,
             f"{change(search['end'], closest[0])}: {speedup(closest[1])}" if closest else "—",
             change(start.pipeline, end.pipeline), f"{start.kernels} → {end.kernels}",
-            ops_difference(start.ops, end.ops), f"{search['measured']} in {wall[name]:.1f} min"])
+            ops_difference(start.ops, end.ops), f"{search['measured']} in {search['elapsed_min']:.1f} min"])
     header = (f"# Does a small change of `default` beat it? {cpu_name()} ({host_cpu()}), "
               f"{datetime.now():%Y-%m-%d %H:%M}\n\n"
               f"Local ordering search (`search: local`, scripts/search_corpus.py) from `default` on each model: every "

@@ -138,6 +138,10 @@ def test_local_search_starts_from_the_pipeline_tries_every_swap_and_drop_and_kee
     assert search["end"] == (search["moves"][-1]["to"] if search["moves"] else start)
     for m in search["moves"]:  # a move only where the whole paired interval is more than MIN_GAIN faster
         assert m["ratio"][2] < 1 - MIN_GAIN
+    assert main(["sweep", str(path), "--resume"]) == 0  # replayed from the store: the same moves, nothing measured
+    again, _rows, runs_again = outcome(tmp_path / "s")
+    assert runs_again == runs and (again["moves"], again["end"]) == (search["moves"], search["end"])
+    assert next(step["versus"] for step in again["steps"] if step.get("versus")) == versus
 
     timed = write_search(tmp_path, name="t", search="local", budget=6, minutes=0.001)
     data = yaml.safe_load(timed.read_text())

@@ -58,7 +58,8 @@ class OrderingSearch:
         self.hashes: dict[str, float | None] = {}  # structural hash -> score of the first candidate with that IR
         self.trajectory: list[dict] = []
         self.steps: list[dict] = []
-        self.timed_beside: dict[Sequence, Sequence] = {}  # candidate -> the sequence its run timed beside it
+        self.ir_of: dict[Sequence, str] = {}  # candidate -> its optimized IR's structural hash
+        self.timed_beside: dict[str, Sequence] = {}  # IR -> the sequence its run timed beside it
         self.moves: list[dict] = []  # a local search's moves taken: from, to, the paired ratio
         self.end: Sequence | None = None  # where a local search stands (its last move's sequence)
         earlier = self.sweep.output / SUMMARY  # a resumed search goes on with the minutes it had left
@@ -90,6 +91,9 @@ class OrderingSearch:
     def _variants(self, seq: Sequence) -> list[Variant]:
         return self.sweep.make_variants(self.prefix + [self.passes[i] for i in seq] + self.suffix)
 
+    def _recorded(self, variants: list[Variant]) -> bool:
+        return all(self.sweep_run.rows.get(v.id, {}).get("status") == "done" for v in variants)
+
     def _score(self, variants: list[Variant]) -> float | None:
         """The candidate's median (over repeats) of the builds the search ranks by."""
         medians = [self.sweep_run.rows.get(v.id, {}).get("median_ms") for v in self._ranked(variants)]
@@ -99,8 +103,9 @@ class OrderingSearch:
 
     def versus(self, seq: Sequence, current: Sequence) -> tuple[Ratio, bool] | None:
         """seq's median over current's and whether that ratio is paired (timed beside it in one process): where
-        seq's run timed current beside it; else the two medians from their own runs, an interval-less ratio."""
-        if self.timed_beside.get(seq) == current:
+        the run of seq's IR timed current beside it; else the two medians from their own runs, an interval-less
+        ratio."""
+        if seq in self.ir_of and self.timed_beside.get(self.ir_of[seq]) == current:
             ratios = []
             for v in self._ranked(self._variants(seq)):
                 result = self.sweep_run.store.results.get(self.sweep_run.rows.get(v.id, {}).get("run_id"))
@@ -119,22 +124,26 @@ class OrderingSearch:
         out)."""
         fresh = list(dict.fromkeys(s for s in sequences if s not in self.scores))
         made = {s: self._variants(s) for s in fresh}
+        if self.exhausted:  # past the budget only what a resumed search had measured is replayed (not hashed again)
+            fresh = [s for s in fresh if self._recorded(made[s])]
         if beside is not None:
             reference = {(v.repeat, v.tuned): v.config for v in self._variants(beside)}
             for variants in made.values():
                 for v in variants:
                     v.reference = reference.get((v.repeat, v.tuned))
-        hashes = self.sweep_run.hash([v for vs in made.values() for v in vs])
+        hashes = self.sweep_run.hash([v for s in fresh for v in made[s]])
         admitted, new = [], set()
         for seq in fresh:
             status, value, _worker = hashes[made[seq][0].ir_key]
             if status == "ok" and value not in self.hashes:
-                if self.exhausted:
+                if self.exhausted and not self._recorded(made[seq]):  # a resumed search replays what it measured
                     continue
                 self.hashes[value] = None
                 new.add(seq)  # the first candidate with this IR: the one measured
                 if beside is not None:
-                    self.timed_beside[seq] = beside
+                    self.timed_beside[value] = beside
+            if status == "ok":
+                self.ir_of[seq] = value
             admitted.append(seq)
         variants = self.sweep.add([v for seq in admitted for v in made[seq]])
         write_marker(self.sweep)
@@ -200,20 +209,18 @@ class OrderingSearch:
     def _local(self) -> None:
         """Hill-climb from the passes in their order: each move tries every adjacent swap and every single drop of
         the current sequence, each timed beside it, and takes the fastest by that paired ratio if its whole
-        interval is more than MIN_GAIN below 1 (a neighbour whose IR was measured before, beside another
+        interval is more than MIN_GAIN below 1 (a neighbour whose IR was measured earlier, beside another
         sequence, is listed with its unpaired ratio but cannot move the search)."""
         current = self.end = tuple(range(len(self.passes)))
         scored = self.evaluate([current], "start")
         move = 0
-        while scored and scored[0][1] is not None and not self.exhausted:
+        while scored and scored[0][1] is not None:  # past the budget, evaluate replays only what was measured
             move += 1
             swaps = [current[:i] + (current[i + 1], current[i]) + current[i + 2:] for i in range(len(current) - 1)]
             drops = [current[:i] + current[i + 1:] for i in range(len(current))]
             neighbours, scored = swaps + drops, []
             batch = max(1, self.sweep.section.workers)  # a batch at a time: the minutes are checked between
             for first in range(0, len(neighbours), batch):
-                if self.exhausted:
-                    break
                 scored += self.evaluate(neighbours[first:first + batch], f"move {move}", beside=current)
             compared = {s: self.versus(s, current) for s, v in scored if v is not None}
             ranked = sorted(((s, c) for s, c in compared.items() if c is not None), key=lambda item: item[1][0][0])
