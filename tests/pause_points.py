@@ -86,13 +86,13 @@ def hold_sweep_worker_at_second_run() -> None:
     call = VariantRunner.__call__
     runs = 0
 
-    def holding(self: VariantRunner, kind: str, config: dict) -> tuple[str, Any]:
+    def holding(self: VariantRunner, kind: str, config: dict, reference: dict | None = None) -> tuple[str, Any]:
         nonlocal runs
         if kind == "run":
             runs += 1
             if runs == 2:
                 _hold()
-        return call(self, kind, config)
+        return call(self, kind, config, reference)
 
     VariantRunner.__call__ = holding
 
