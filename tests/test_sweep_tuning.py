@@ -142,3 +142,15 @@ def test_a_tuned_base_makes_a_tuned_sweep_and_set_overrides_it(tmp_path):
     assert sorted(v.tuned for v in sweep.variants) == [False, True]
     again = load_sweep(path, tmp_path, ["base.tuning.database=other", "sweep.tuning={trials_per_task: 5}"])
     assert again.tuning.trials_per_task == 5 and again.database_root == tmp_path / "b" / "schedules"
+
+
+def test_a_minutes_budget_tunes_and_measures_every_class(tmp_path):
+    """`tuning: {minutes: M}` gives the tasks no trial cap of their own (budget None in their progress): the sweep
+    tunes within the minutes and measures every class tuned and untuned."""
+    path = write_sweep(tmp_path, orderings=ORDERINGS[:1],
+                       tuning={"minutes": 0.1, "trials_per_iter": 1, "cost_model": "random"})
+    assert main(["sweep", str(path)]) == 0
+    rows, failed, _meta = ranked_rows(tmp_path / "t")
+    assert not failed and sorted(r["tuned"] for r in rows) == [False, True]
+    counts = tuning_counts(read_tuning_summary(tmp_path / "t"))
+    assert counts["trials"] > 0 and counts["seconds"] > 0

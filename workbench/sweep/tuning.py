@@ -149,7 +149,8 @@ def tune_classes(sweep: Sweep, base_dir: Path, classes: dict[str, dict], progres
                     progress.update(bar, total=value["trials"], status=f"{value['union']} distinct tasks "
                                                                        f"(sum over classes {value['sum']})")
                 elif kind == "progress":
-                    trials[value["name"]] = min(value["trials_before"] + value["trials_run"], value["budget"])
+                    done = value["trials_before"] + value["trials_run"]  # a minutes budget gives tasks no cap
+                    trials[value["name"]] = done if value["budget"] is None else min(done, value["budget"])
                     progress.update(bar, completed=sum(trials.values()))
                 elif kind == "done":
                     summary = value
