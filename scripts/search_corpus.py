@@ -28,7 +28,7 @@ from workbench.models.corpus import load_corpus
 from workbench.record.markdown import markdown_table
 from workbench.record.result import RunResult
 from workbench.record.results_page import cpu_name
-from workbench.sweep.report import ranked_rows
+from workbench.sweep.report import as_speedup, ranked_rows
 from workbench.sweep.search import MIN_GAIN
 from workbench.sweep.store import SweepStore
 
@@ -96,13 +96,6 @@ def change(start: str, best: str) -> str:
     return "; ".join(parts) or "none"
 
 
-def speedup(ratio: list[float]) -> str:
-    """A paired time ratio (candidate over the pipeline beside it, with its interval) as a speedup with its
-    interval: '1.07x [1.05, 1.09]'."""
-    middle, low, high = ratio
-    return f"{1 / middle:.2f}x [{1 / high:.2f}, {1 / low:.2f}]"
-
-
 def ops_difference(start: Counter, best: Counter) -> str:
     """The op counts that differ after the two pipelines ('call_tir 58→61')."""
     names = sorted(set(start) | set(best))
@@ -136,9 +129,9 @@ def main() -> None:
                    f" (every one of the last round's {neighbours} neighbours tried)")
         table.append([
             name, f"{start.median_ms:.3f} [{start.ci[0]:.3f}, {start.ci[1]:.3f}]",
-            ("; ".join(f"{change(m['from'], m['to'])}: {speedup(m['ratio'])}" for m in search["moves"])
+            ("; ".join(f"{change(m['from'], m['to'])}: {as_speedup(m['ratio'])}" for m in search["moves"])
              or "none (default kept)") + stopped,
-            f"{change(search['end'], closest[0])}: {speedup(closest[1])}" if closest else "—",
+            f"{change(search['end'], closest[0])}: {as_speedup(closest[1])}" if closest else "—",
             change(start.pipeline, end.pipeline), f"{start.kernels} → {end.kernels}",
             ops_difference(start.ops, end.ops), f"{search['measured']} in {search['elapsed_min']:.1f} min"])
     header = (f"# Does a small change of `default` beat it? {cpu_name()} ({host_cpu()}), "

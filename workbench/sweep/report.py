@@ -65,6 +65,13 @@ def paired_ratio(ours, theirs) -> tuple[float, float, float]:
     return ours.median_ms / theirs.median_ms, our_low / their_high, our_high / their_low
 
 
+def as_speedup(ratio: list[float] | tuple[float, float, float]) -> str:
+    """A paired time ratio (ours over theirs, with its interval) as a speedup with its interval: '1.07x [1.05,
+    1.09]'."""
+    middle, low, high = ratio
+    return f"{1 / middle:.2f}x [{1 / high:.2f}, {1 / low:.2f}]"
+
+
 def over_repeats(ratios: list[tuple[float, float, float]]) -> tuple[float, float, float]:
     """One run's paired ratio as it is; over repeats, the median ratio and a bootstrap CI over the repeats."""
     if len(ratios) == 1:
@@ -363,8 +370,8 @@ def _search_section(folder: Path) -> list[str]:
     against = (f"; the start `{start['pipeline']}` {start['median_ms']:.3f} ms, "
                f"{start['median_ms'] / best['median_ms']:.2f}x the best's time" if start.get("median_ms") and best
                else "")
-    moves = [f"- moved to `{m['to']}`: {1 / m['ratio'][0]:.2f}x [{1 / m['ratio'][2]:.2f}, {1 / m['ratio'][1]:.2f}] "
-             "as fast as the pipeline it replaced, timed beside it" for m in search.get("moves") or []]
+    moves = [f"- moved to `{m['to']}`: {as_speedup(m['ratio'])} as fast as the pipeline it replaced, timed beside it"
+             for m in search.get("moves") or []]
     if search["strategy"] == "local":
         moves = moves or ["- no move: no neighbour was faster beyond its paired interval"]
     return ["## Ordering search",

@@ -61,7 +61,6 @@ class OrderingSearch:
         self.ir_of: dict[Sequence, str] = {}  # candidate -> its optimized IR's structural hash
         self.timed_beside: dict[str, Sequence] = {}  # IR -> the sequence its run timed beside it
         self.moves: list[dict] = []  # a local search's moves taken: from, to, the paired ratio
-        self.end: Sequence | None = None  # where a local search stands (its last move's sequence)
         earlier = self.sweep.output / SUMMARY  # a resumed search goes on with the minutes it had left
         spent = json.loads(earlier.read_text()).get("elapsed_min", 0.0) if earlier.is_file() else 0.0
         self.started = time.monotonic() - 60 * spent
@@ -128,9 +127,8 @@ class OrderingSearch:
             fresh = [s for s in fresh if self._recorded(made[s])]
         if beside is not None:
             reference = {(v.repeat, v.tuned): v.config for v in self._variants(beside)}
-            for variants in made.values():
-                for v in variants:
-                    v.reference = reference.get((v.repeat, v.tuned))
+            for v in (v for s in fresh for v in made[s]):
+                v.reference = reference.get((v.repeat, v.tuned))
         hashes = self.sweep_run.hash([v for s in fresh for v in made[s]])
         admitted, new = [], set()
         for seq in fresh:
@@ -176,7 +174,8 @@ class OrderingSearch:
             "start": ({"pipeline": self.text(start), "median_ms": self.scores.get(start)}
                       if self.spec.search == "local" else None),
             "best": {"pipeline": self.text(best[0]), "median_ms": best[1]} if best else None,
-            "moves": self.moves, "end": self.text(self.end) if self.end is not None else None,
+            "moves": self.moves, "end": (self.moves[-1]["to"] if self.moves else self.text(start))
+            if self.spec.search == "local" else None,
             "trajectory": self.trajectory, "steps": self.steps,
         })
 
@@ -211,7 +210,7 @@ class OrderingSearch:
         the current sequence, each timed beside it, and takes the fastest by that paired ratio if its whole
         interval is more than MIN_GAIN below 1 (a neighbour whose IR was measured earlier, beside another
         sequence, is listed with its unpaired ratio but cannot move the search)."""
-        current = self.end = tuple(range(len(self.passes)))
+        current = tuple(range(len(self.passes)))
         scored = self.evaluate([current], "start")
         move = 0
         while scored and scored[0][1] is not None:  # past the budget, evaluate replays only what was measured
@@ -230,9 +229,9 @@ class OrderingSearch:
             if not timed_beside or timed_beside[0][1][2] >= 1 - MIN_GAIN:
                 self._write()
                 return
-            current, ratio = timed_beside[0]
-            self.moves.append({"from": self.text(self.end), "to": self.text(current), "ratio": list(ratio)})
-            self.end = current
+            best, ratio = timed_beside[0]
+            self.moves.append({"from": self.text(current), "to": self.text(best), "ratio": list(ratio)})
+            current = best
             self._write()
             scored = [(current, self.scores[current])]
 
