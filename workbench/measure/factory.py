@@ -50,10 +50,11 @@ def _file_name(label: str) -> str:
 def runner_for(label: str, bench: Bench, built: Built | None = None, library: Path | None = None,
                model: onnx.ModelProto | None = None) -> Runner:
     """The runner of `label`: with `built`, that TVM build (loaded from its exported `library` where given, exported
-    into the work folder when it must travel to an RPC server); otherwise the label's baseline runtime, ONNX Runtime
-    at its level, IREE compiled for the target or OpenVINO at its precision, on `model` (default: the bench's; ort_int8 passes its own)."""
+    into the work folder when it must travel to an RPC server or run on this CPU, where the library's parallel loops
+    get the workbench's launcher); otherwise the label's baseline runtime, ONNX Runtime at its level, IREE compiled
+    for the target or OpenVINO at its precision, on `model` (default: the bench's; ort_int8 passes its own)."""
     if built is not None:
-        if bench.session is not None and library is None:
+        if library is None and (bench.session is not None or bench.target.kind.name == "llvm"):
             library = built.export(bench.work_dir / f"{_file_name(label)}.so")
         return tvm_runner(label, built, bench.inputs, bench.target, bench.session, library)
     model = model if model is not None else bench.model

@@ -24,6 +24,7 @@ from workbench.compile.targets import device_for
 from workbench.errors import BaselineUnavailable
 from workbench.measure.timing import Timing, sample_call, summarize
 from workbench.runtime.cpu_load import ThreadGovernor
+from workbench.runtime.launcher import install as install_launcher
 from workbench.runtime.threads import cpu_threads, target_threads
 
 
@@ -68,14 +69,18 @@ def tvm_runner(label: str, built: Built, inputs: dict[str, np.ndarray], target: 
 
     With `library` (the build's exported .so) the VM loads it instead of JIT-compiling the executable,
     which would emit the machine code a second time. With an RPC
-    `session`, the library is uploaded and run on the remote device. On this machine's CPU each call runs on the
-    thread count the ThreadGovernor chose for the load other processes put on the machine (runtime/cpu_load.py)."""
+    `session`, the library is uploaded and run on the remote device. On this machine's CPU the library's parallel
+    loops run on the workbench's launcher (runtime/launcher.py), in which a busy core does not stall every kernel,
+    and each call on the thread count the ThreadGovernor chose for the load other processes put on the machine
+    (runtime/cpu_load.py)."""
     device = device_for(target, session)
     if session is not None:
         session.upload(str(library))
         module = session.load_module(library.name)
     else:
         module = tvm.runtime.load_module(str(library)) if library else built.executable
+        if library and target.kind.name == "llvm":
+            install_launcher(library, target_threads(target))
     vm = relax.VirtualMachine(module, device)
     tensors = [tvm.runtime.tensor(array, device) for array in inputs.values()]
 

@@ -21,6 +21,8 @@ from pathlib import Path
 import psutil
 import tvm
 
+from workbench.runtime import launcher
+
 INTERVAL_S = 0.2  # how often the load is read: a busy neighbour is seen within a fifth of a second
 PROBE_CALLS = 5  # inferences timed on each thread count worth trying
 HOLD_S = 1.0  # how long a probed choice holds before it is probed again (doubling up to HOLD_MAX_S)
@@ -154,6 +156,7 @@ class ThreadGovernor:
 
 
 def set_tvm_threads(count: int) -> None:
-    """Run TVM's parallel kernels in this process on `count` threads from the next call on (the pool keeps its
-    workers; the ones not used sleep)."""
+    """Run TVM's parallel kernels in this process on `count` threads from the next call on, on TVM's pool and on
+    the workbench's launcher alike (both keep their workers; the ones not used sleep)."""
     tvm.get_global_func("runtime.config_threadpool")(_BIG_CORES, count)
+    launcher.set_threads(count)

@@ -28,7 +28,9 @@ from workbench.measure.factory import Bench, runner_for
 from workbench.measure.ort_quant import ort_int8_model
 from workbench.measure.runners import Runner
 from workbench.measure.timing import Timing, interleaved
+from workbench.runtime.launcher import install as install_launcher
 from workbench.runtime.rpc import connect
+from workbench.runtime.threads import target_threads
 from workbench.stages import Prepared
 
 WORKBENCH_LIBRARY = "workbench.so"  # the workbench build's exported library, in the run folder
@@ -197,5 +199,7 @@ def profiles(experiment: Experiment, prepared: Prepared, place: Place, out_dir: 
     if place.session is not None or place.unavailable:
         return {"ort_all": ort}
     module = tvm.runtime.load_module(str(out_dir / WORKBENCH_LIBRARY))
+    if prepared.target.kind.name == "llvm":  # as the timed runner runs it
+        install_launcher(out_dir / WORKBENCH_LIBRARY, target_threads(prepared.target))
     ours = tvm_profile(module, prepared.inputs, device_for(prepared.target), config.warmup, config.runs)
     return {WORKBENCH_LABEL: ours.as_dict(config.top), "ort_all": ort}

@@ -1,0 +1,95 @@
+"""The workbench's parallel launcher (runtime/launcher.py, parallel_launch.c): a real exported library runs its
+parallel loops on the workbench's pool with the same outputs, in a forked child too, and keeps TVM's launcher where
+asked. Each check runs in a fresh process: the pool and TVM's belong to the process."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+
+CORES = psutil.cpu_count(logical=False) or 1
+
+RUN = """
+    import json, multiprocessing, tempfile
+    from pathlib import Path
+    import numpy as np, tvm
+    from tvm import relax
+    from workbench.compile.build import build_lowered
+    from workbench.measure.factory import Bench, runner_for
+    from workbench.runtime import launcher
+    from workbench.runtime.threads import use_tvm_threads
+
+    def built(op):
+        x = relax.Var("x", relax.TensorType([256, 256], "float32"))
+        bb = relax.BlockBuilder()
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                out = bb.emit_output(op(x))
+            bb.emit_func_output(out)
+        return build_lowered(bb.get(), target)
+
+    def child(path, data, queue):
+        lib = tvm.runtime.load_module(str(path))  # loading points the library at TVM's launcher again
+        launcher.install(path, {cores})
+        out = relax.VirtualMachine(lib, tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
+        queue.put(bool(np.allclose(out, data @ data.T, rtol=1e-4, atol=1e-3)))
+
+    if __name__ == "__main__":
+        use_tvm_threads({cores})
+        target = tvm.target.Target({{"kind": "llvm", "num-cores": {cores}}})
+        data = np.random.default_rng(0).normal(size=(256, 256)).astype("float32")
+        work = Path(tempfile.mkdtemp())
+        # through the factory, as every measurement runs a CPU build: exported, loaded, the launcher installed
+        bench = Bench(None, {{"x": data}}, target, work)
+        matmul = built(lambda x: relax.op.matmul(x, relax.op.permute_dims(x)))
+        runner = runner_for("workbench", bench, matmul)
+        outputs = [runner.infer()[0] for _ in range(3)]
+        library = work / "workbench.so"
+        seen = {{
+            "exported": library.exists(),
+            "equal": all(np.allclose(out, data @ data.T, rtol=1e-4, atol=1e-3) for out in outputs),
+            "workers": launcher.pool_workers(),
+        }}
+        # a forked child inherits the pool's state but not its threads: its own start afresh (TVM's own pool, which
+    # does not, would hang there)
+        if launcher.wanted():
+            queue = multiprocessing.get_context("fork").Queue()
+            forked = multiprocessing.get_context("fork").Process(target=child, args=(library, data, queue))
+            forked.start()
+            forked.join(60)
+            forked.kill()
+            seen["forked"] = queue.get(timeout=5) if forked.exitcode == 0 else f"exit {{forked.exitcode}}"
+        # a library without parallel loops has nothing to point at the pool
+        tiny = built(lambda x: relax.op.strided_slice(x, axes=[0], begin=[0], end=[1]))
+        tiny_path = tiny.export(work / "tiny.so")
+        tvm.runtime.load_module(str(tiny_path))
+        seen["tiny"] = launcher.install(tiny_path, {cores})
+        print(json.dumps(seen))
+"""
+
+
+def _run(env: dict[str, str] | None = None) -> dict:
+    import os
+
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(RUN.format(cores=CORES))], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **(env or {})})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core: the pool starts no worker")
+def test_a_cpu_build_runs_on_the_workbench_pool_with_the_same_outputs_and_in_a_forked_child():
+    seen = _run()
+    assert seen["exported"] and seen["equal"]
+    assert seen["workers"] == CORES - 1  # the pool ran the loops: the caller and CORES - 1 workers
+    assert seen["forked"] is True
+    assert seen["tiny"] is False
+
+
+def test_workbench_launcher_tvm_keeps_tvms_own_launcher():
+    seen = _run({"WORKBENCH_LAUNCHER": "tvm"})
+    assert seen["equal"]
+    assert seen["workers"] == 0  # the pool never ran
