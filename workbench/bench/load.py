@@ -8,8 +8,14 @@ timed with `--load`, show it side by side; their file names end in `_load<N>` so
 from __future__ import annotations
 
 import multiprocessing
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+
+from workbench.record.result import RESULT_FILE, RunResult
 
 
 def _spin() -> None:
@@ -33,3 +39,12 @@ def busy_processes(count: int) -> Iterator[None]:
             spinner.join()
 
 
+
+
+def fresh_run(config: Path, out: Path, load: int = 0, env: dict[str, str] | None = None) -> RunResult:
+    """`workbench run CONFIG` in a fresh process (its build, thread pool and timing, as a user's first run) beside
+    `load` spinning processes, with `env` added to the environment; its result.json, read back."""
+    with busy_processes(load):
+        subprocess.run([sys.executable, "-m", "workbench.cli", "run", str(config), "--set", f"output={out}"],
+                       check=True, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    return RunResult.read(out / RESULT_FILE)

@@ -4,6 +4,9 @@ TVM's thread pool gives each worker a fixed share of every parallel loop (task i
 for the last one. When another process runs on a worker's core, every parallel kernel waits for that worker's
 next time slice: with one busy process beside it a 2-core detector ran 143 ms instead of 64 on one thread, and the
 quickstart's 0.34 ms became 65 ms with two (ONNX Runtime's pool, whose caller takes unstarted work, lost ~2x).
+Where cores are busy the workbench's launcher (runtime/launcher.py) already keeps a kernel from waiting for a
+worker that has not started; what it cannot avoid is a worker preempted inside its share, which this governor
+avoids by running on fewer threads where that measured faster.
 The meter reads the CPU time the whole machine spent against this process's own (psutil: /proc/stat and
 /proc/self/stat), at most every `INTERVAL_S`; a quiet machine keeps every core, a busy one gets the thread count that
 measured faster: the cores the others left free or all of them (the scheduler may give a short burst both).
@@ -24,7 +27,10 @@ import tvm
 from workbench.runtime import launcher
 
 INTERVAL_S = 0.2  # how often the load is read: a busy neighbour is seen within a fifth of a second
-PROBE_CALLS = 5  # inferences timed on each thread count worth trying
+# inferences timed on each thread count worth trying, compared by their mean: beside one busy process on 2 cores
+# the quickstart on both threads ran a median 0.46-0.62 ms but a mean 0.84-0.95 (one call in ten or more waited
+# ~2 ms for a worker preempted in its share), on one thread 0.63 and 0.65: the median would pick the slower
+PROBE_CALLS = 10
 HOLD_S = 1.0  # how long a probed choice holds before it is probed again (doubling up to HOLD_MAX_S)
 HOLD_MAX_S = 8.0
 _BIG_CORES = 1  # TVM's affinity mode for runtime.config_threadpool: the one its pool starts in
@@ -93,7 +99,7 @@ class ThreadGovernor:
     """Runs each inference (`run`) on a thread count chosen by measurement. Quiet machine: every core. Where other
     processes keep cores busy, fewer threads are not always faster (the scheduler may still give a short burst
     both cores), so the counts worth trying, the free cores and all of them, are each timed over PROBE_CALLS
-    inferences and the faster kept; it is probed again after HOLD_S, then after twice as long while the load
+    inferences and the faster on average kept; it is probed again after HOLD_S, then after twice as long while the load
     stays the same (at most HOLD_MAX_S), and at once when the load changes."""
 
     cores: int
@@ -148,7 +154,7 @@ class ThreadGovernor:
     def _settle(self) -> None:
         if self._next_probe() is not None:
             return
-        self.threads = min(self._candidates, key=lambda count: statistics.median(self._probes[count]))
+        self.threads = min(self._candidates, key=lambda count: statistics.fmean(self._probes[count]))
         set_tvm_threads(self.threads)
         self._probes = {}
         self._probe_at = time.perf_counter() + self._hold_s
