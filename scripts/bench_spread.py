@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 
 from workbench.bench.load import fresh_run
 from workbench.compile.targets import host_cpu, make_target, target_key
+from workbench.config import TargetConfig
 from workbench.models.corpus import load_corpus
 from workbench.record.charts import save_png
 from workbench.record.results_page import Machine, write_results_page
@@ -105,7 +106,7 @@ def main() -> int:
     text = ("Spread (largest process median / smallest) per model (goal for the workbench: ≤ 1.3):\n\n"
             + "\n".join(lines))
     print(text)
-    target = make_target("llvm")
+    target = make_target(TargetConfig())  # this machine's CPU, as every run built for
     stem = f"spread_{host_cpu()}"
     chart = save_png(figure(runs, args.models, args.launchers), args.out / f"{stem}.png")
     protocol = ("- each run a fresh `workbench run` process of one corpus model: pipeline `default`, untuned, "
