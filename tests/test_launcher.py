@@ -47,12 +47,16 @@ RUN = """
         matmul = built(lambda x: relax.op.matmul(x, relax.op.permute_dims(x)))
         runner = runner_for("workbench", bench, matmul)
         outputs = [runner.infer()[0] for _ in range(3)]
-        library = work / "workbench.so"
+        # a second build under the same label, while the first is loaded: its own library, not the first again
+        doubled = runner_for("workbench", bench, built(lambda x: relax.op.add(x, x)))
         seen = {{
-            "exported": library.exists(),
             "equal": all(np.allclose(out, data @ data.T, rtol=1e-4, atol=1e-3) for out in outputs),
+            "second": bool(np.array_equal(doubled.infer()[0], 2 * data)),
+            "left": sorted(path.name for path in work.iterdir()),
             "workers": launcher.pool_workers(),
         }}
+        library = matmul.export(work / "matmul.so")
+        tvm.runtime.load_module(str(library))
         # a forked child inherits the pool's state but not its threads: its own start afresh (TVM's own pool, which
     # does not, would hang there)
         if launcher.wanted():
@@ -83,7 +87,8 @@ def _run(env: dict[str, str] | None = None) -> dict:
 @pytest.mark.skipif(CORES < 2, reason="one core: the pool starts no worker")
 def test_a_cpu_build_runs_on_the_workbench_pool_with_the_same_outputs_and_in_a_forked_child():
     seen = _run()
-    assert seen["exported"] and seen["equal"]
+    assert seen["equal"] and seen["second"]
+    assert seen["left"] == []  # each library removed once loaded
     assert seen["workers"] == CORES - 1  # the pool ran the loops: the caller and CORES - 1 workers
     assert seen["forked"] is True
     assert seen["tiny"] is False
@@ -91,5 +96,5 @@ def test_a_cpu_build_runs_on_the_workbench_pool_with_the_same_outputs_and_in_a_f
 
 def test_workbench_launcher_tvm_keeps_tvms_own_launcher():
     seen = _run({"WORKBENCH_LAUNCHER": "tvm"})
-    assert seen["equal"]
+    assert seen["equal"] and seen["second"]
     assert seen["workers"] == 0  # the pool never ran

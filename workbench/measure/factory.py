@@ -7,7 +7,9 @@ kept (ONNX Runtime's optimized model, IREE's module, a library exported for an R
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,12 +53,20 @@ def runner_for(label: str, bench: Bench, built: Built | None = None, library: Pa
                model: onnx.ModelProto | None = None) -> Runner:
     """The runner of `label`: with `built`, that TVM build (loaded from its exported `library` where given, exported
     into the work folder when it must travel to an RPC server or run on this CPU, where the library's parallel loops
-    get the workbench's launcher); otherwise the label's baseline runtime, ONNX Runtime at its level, IREE compiled
+    get the workbench's launcher: under a name of its own, removed once loaded); otherwise the label's baseline runtime, ONNX Runtime at its level, IREE compiled
     for the target or OpenVINO at its precision, on `model` (default: the bench's; ort_int8 passes its own)."""
     if built is not None:
-        if library is None and (bench.session is not None or bench.target.kind.name == "llvm"):
-            library = built.export(bench.work_dir / f"{_file_name(label)}.so")
-        return tvm_runner(label, built, bench.inputs, bench.target, bench.session, library)
+        if library is not None or (bench.session is None and bench.target.kind.name != "llvm"):
+            return tvm_runner(label, built, bench.inputs, bench.target, bench.session, library)
+        # a name of its own: a second library loaded from a path already loaded would be the first one again
+        bench.work_dir.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix=f"{_file_name(label)}.", suffix=".so", dir=bench.work_dir)
+        os.close(handle)
+        library = built.export(Path(name))
+        try:
+            return tvm_runner(label, built, bench.inputs, bench.target, bench.session, library)
+        finally:  # loaded (or uploaded) by now: the file is not needed again
+            library.unlink()
     model = model if model is not None else bench.model
     runtime = runtime_of(label)
     if runtime == "iree":

@@ -15,6 +15,7 @@ launcher on purpose (the benchmarks' before/after).
 
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import hashlib
 import logging
@@ -85,6 +86,13 @@ def install(library: Path, threads: int) -> bool:
     if pool is None:
         return False
     handle = ctypes.CDLL(str(Path(library).resolve()))  # dlopen of a loaded path: the same copy TVM runs
+    try:
+        return _point_at_pool(handle, pool, threads)
+    finally:  # TVM's handle keeps the library loaded as long as its module lives; this one must not outlive it
+        _ctypes.dlclose(handle._handle)
+
+
+def _point_at_pool(handle: ctypes.CDLL, pool: ctypes.CDLL, threads: int) -> bool:
     try:
         pointer = ctypes.c_void_p.in_dll(handle, LAUNCH_POINTER)
     except ValueError:  # no parallel loop in the library
