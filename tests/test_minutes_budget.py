@@ -92,7 +92,7 @@ def test_a_record_fast_alone_but_slow_in_the_model_is_dropped_and_the_others_kep
 
 @pytest.mark.slow
 def test_a_minutes_budget_is_spent_on_several_kernels_and_the_table_says_where(tmp_path, capsys):
-    """0.4 minutes on convnet_small from an empty database: tuning goes on until the minutes are spent (not when
+    """0.6 minutes on convnet_small from an empty database: tuning goes on until the minutes are spent (not when
     per-task budgets are filled), more than one kernel is searched, each task's seconds are recorded and add up
     to no more than the minutes used, and the tuned build was checked against the one before."""
     config = yaml.safe_load(Path("configs/quickstart.yaml").read_text())
@@ -100,11 +100,16 @@ def test_a_minutes_budget_is_spent_on_several_kernels_and_the_table_says_where(t
                                                            "cost_model": "random"})
     path = tmp_path / "tune.yaml"
     path.write_text(yaml.safe_dump(config))
-    assert main(["tune", str(path), "--minutes", "0.4"]) == 0
+    # 0.6: a round of 8 trials takes 11-14 s here, so 0.4 minutes less the check's reserve ended after one round
+    # in some runs
+    assert main(["tune", str(path), "--minutes", "0.6"]) == 0
     record = json.loads((tmp_path / "run" / "tuning.json").read_text())
-    # spent, less what the check kept back and did not need (at 24 s, a second either way is 5%; the 10-minute
-    # budgets of docs/results/parity_znver4.md spent 9.9-10.1 minutes)
-    assert record["stopped"] == "minutes" and record["minutes_used"] >= 0.9 * 0.4
+    # the search went on until the budget less what the check of the tuned build keeps back, a minority of it, was
+    # spent (minutes_used, the check included, is less where the check took less than its estimate: at 36 s a
+    # few seconds; the 10-minute budgets of docs/results/parity_znver4.md spent 9.9-10.1 minutes)
+    assert record["stopped"] == "minutes" and 0 < record["reserve_s"] < 0.5 * 0.6 * 60
+    assert record["minutes_searched"] * 60 >= 0.6 * 60 - record["reserve_s"] - 0.01
+    assert record["minutes_used"] >= record["minutes_searched"]
     searched = [task for task in record["tasks"] if task["trials_run"] > 2]  # more than its seeds
     assert len(searched) >= 2
     assert all(task["budget"] is None for task in record["tasks"])  # no per-task budget to fill first

@@ -29,6 +29,7 @@ class TuningClock:
     stopped: StopReason | None = None
     ended: float | None = None  # when tuning ended (`finish`)
     reserve_s: float = 0.0  # kept back from the search for work after it (the check of the tuned build)
+    searched: float | None = None  # minutes the search took (set by `finish`; work after it is not in them)
 
     def used(self) -> float:
         return ((self.ended or time.monotonic()) - self.started) / 60
@@ -49,6 +50,7 @@ class TuningClock:
         the minutes used stay what tuning took."""
         self.stopped = self.stopped or "done"
         self.ended = self.ended or time.monotonic()
+        self.searched = self.searched if self.searched is not None else self.used()
 
     def end_now(self) -> None:
         """Work after the search (the check of the tuned build) counts as tuning's: its end moves to now."""
@@ -65,4 +67,5 @@ class TuningClock:
 
     def as_dict(self) -> dict:
         return {"minutes_used": round(self.used(), 4), "minutes_budget": self.minutes, "stopped": self.stopped,
-                "reason": self.reason()}
+                "reason": self.reason(), "minutes_searched": None if self.searched is None else round(self.searched, 4),
+                "reserve_s": round(self.reserve_s, 2)}
