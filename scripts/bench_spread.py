@@ -93,7 +93,7 @@ def main() -> int:
             config = config_for(model, work)
             for index in range(1, args.runs + 1):
                 for launcher in args.launchers:
-                    result = fresh_run(config, work / f"{model}_{index}_{launcher}", env={LAUNCHER_ENV: launcher})
+                    result = fresh_run(config, work / f"{model}_{index}_{launcher}", ROOT, env={LAUNCHER_ENV: launcher})
                     runs.append(Run(model, index, launcher,
                                     {label: result.measurements[label].median_ms for label in LABELS}))
                     print(f"{model} #{index} {launcher}: " + ", ".join(

@@ -39,12 +39,11 @@ def busy_processes(count: int) -> Iterator[None]:
             spinner.join()
 
 
-
-
-def fresh_run(config: Path, out: Path, load: int = 0, env: dict[str, str] | None = None) -> RunResult:
-    """`workbench run CONFIG` in a fresh process (its build, thread pool and timing, as a user's first run) beside
-    `load` spinning processes, with `env` added to the environment; its result.json, read back."""
+def fresh_run(config: Path, out: Path, cwd: Path, load: int = 0, env: dict[str, str] | None = None) -> RunResult:
+    """`workbench run CONFIG` in a fresh process (its build, thread pool and timing, as a user's first run) from `cwd`
+    (where the config's relative paths, its schedule database among them, resolve) beside `load` spinning
+    processes, with `env` added to the environment; its result.json, read back."""
     with busy_processes(load):
         subprocess.run([sys.executable, "-m", "workbench.cli", "run", str(config), "--set", f"output={out}"],
-                       check=True, capture_output=True, text=True, env={**os.environ, **(env or {})})
+                       check=True, cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})})
     return RunResult.read(out / RESULT_FILE)
