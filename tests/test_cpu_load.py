@@ -112,3 +112,47 @@ def test_under_load_the_governor_keeps_the_thread_count_that_measured_faster(spi
         assert governor.threads == (CORES - 1 if faster == "free cores" else CORES)
     finally:
         set_tvm_threads(CORES)
+
+
+PINNING = """
+    import json, os, threading
+    import numpy as np, tvm
+    from tvm import relax
+    from workbench.compile.build import build_lowered
+    from workbench.measure.runners import tvm_runner
+    from workbench.runtime.cpu_load import set_tvm_threads
+
+    before = sorted(os.sched_getaffinity(0))
+    target = tvm.target.Target({{"kind": "llvm", "num-cores": {cores}}})
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([64, 64], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.add(x, x))
+        bb.emit_func_output(out)
+    data = np.ones((64, 64), "float32")
+    runner = tvm_runner("workbench", build_lowered(bb.get(), target), {{"x": data}}, target)
+    runner.infer()
+    set_tvm_threads(1)
+    set_tvm_threads({cores})
+    started = []
+    thread = threading.Thread(target=lambda: started.append(sorted(os.sched_getaffinity(0))))
+    thread.start()
+    thread.join()
+    print(json.dumps({{"before": before, "caller": sorted(os.sched_getaffinity(0)), "started": started[0]}}))
+"""
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core: a pin to one core changes nothing")
+def test_sizing_tvm_threads_leaves_the_callers_cores_alone():
+    """TVM's runtime.config_threadpool pins the calling thread to one core, and every thread started from it later
+    (ONNX Runtime's and OpenVINO's pools in a side-by-side run, the launcher's workers) inherits the pin: the
+    corpus benchmark then ran every runtime created after the workbench's runner on one core. The governor's
+    sizing puts the caller's cores back."""
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(PINNING.format(cores=CORES))],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    affinity = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(affinity["before"]) >= 2
+    assert affinity["caller"] == affinity["before"]
+    assert affinity["started"] == affinity["before"]

@@ -15,6 +15,7 @@ docs/tuning.md says what a user sees on a busy machine.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -163,6 +164,15 @@ class ThreadGovernor:
 
 def set_tvm_threads(count: int) -> None:
     """Run TVM's parallel kernels in this process on `count` threads from the next call on, on TVM's pool and on
-    the workbench's launcher alike (both keep their workers; the ones not used sleep)."""
-    tvm.get_global_func("runtime.config_threadpool")(_BIG_CORES, count)
+    the workbench's launcher alike (both keep their workers; the ones not used sleep).
+
+    TVM's `runtime.config_threadpool` also pins the calling thread to one core, and every thread started from it
+    afterwards inherits that pin: ONNX Runtime's and OpenVINO's pools created after a TVM runner, and the
+    launcher's workers, all ran on one core (convnet_small's ort_all 0.37 -> 0.44 ms, openvino 0.45 -> 0.62, the
+    workbench's 0.33 -> 0.65 in the corpus benchmark). The caller's affinity is put back as it was."""
+    affinity = os.sched_getaffinity(0)
+    try:
+        tvm.get_global_func("runtime.config_threadpool")(_BIG_CORES, count)
+    finally:
+        os.sched_setaffinity(0, affinity)
     launcher.set_threads(count)
