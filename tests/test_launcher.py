@@ -98,3 +98,47 @@ def test_workbench_launcher_tvm_keeps_tvms_own_launcher():
     seen = _run({"WORKBENCH_LAUNCHER": "tvm"})
     assert seen["equal"] and seen["second"]
     assert seen["workers"] == 0  # the pool never ran
+
+
+WAKE = """
+    import json, os, tempfile, threading, time
+    from pathlib import Path
+    import numpy as np, tvm
+    from tvm import relax
+    from workbench.compile.build import build_lowered
+    from workbench.runtime import launcher
+
+    target = tvm.target.Target({{"kind": "llvm", "num-cores": 2}})
+    x = relax.Var("x", relax.TensorType([256, 256], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.add(x, x))
+        bb.emit_func_output(out)
+    path = build_lowered(bb.get(), target).export(Path(tempfile.mkdtemp()) / "add.so")
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())
+    assert launcher.install(path, 2)
+    data = tvm.runtime.tensor(np.ones((256, 256), "float32"))
+    before = {{int(tid) for tid in os.listdir("/proc/self/task")}}
+    vm["main"](data)  # starts the worker, from a caller free to run on every core
+    worker = ({{int(tid) for tid in os.listdir("/proc/self/task")}} - before).pop()
+    caller_core = min(os.sched_getaffinity(0))
+    time.sleep(0.3)  # the worker sleeps; where it wakes is the scheduler's choice, here forced onto the caller's core
+    os.sched_setaffinity(0, {{caller_core}})
+    os.sched_setaffinity(worker, {{caller_core}})
+    for _ in range(20):
+        vm["main"](data)
+    time.sleep(0.1)  # the caller's core is free for the worker to run on, if it has not yet
+    print(json.dumps({{"caller": caller_core, "worker": sorted(os.sched_getaffinity(worker))}}))
+"""
+
+
+@pytest.mark.skipif(len(psutil.Process().cpu_affinity()) < 2, reason="one core: there is no other core to move to")
+def test_a_worker_woken_on_the_callers_core_moves_off_it():
+    """The scheduler may wake a worker on the core its caller runs on, where the two take turns: ~7 inferences
+    after each pause ran serially. The worker moves to the pool's other cores when it finds itself there."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(WAKE.format())], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["worker"] and seen["caller"] not in seen["worker"]
