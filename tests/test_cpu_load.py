@@ -12,12 +12,26 @@ import pytest
 
 CORES = psutil.cpu_count(logical=False) or 1
 
-GOVERN = """
-    import json, multiprocessing, time
+# a fresh process's runner of x + x on the test's cores: the library both checks run
+DOUBLING_RUNNER = """
     import numpy as np, tvm
     from tvm import relax
     from workbench.compile.build import build_lowered
     from workbench.measure.runners import tvm_runner
+
+    def doubling_runner(cores, data):
+        target = tvm.target.Target({"kind": "llvm", "num-cores": cores})
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType([64, 64], "float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                out = bb.emit_output(relax.op.add(x, x))
+            bb.emit_func_output(out)
+        return tvm_runner("workbench", build_lowered(bb.get(), target), {"x": data}, target)
+"""
+
+GOVERN = """
+    import json, multiprocessing, time
     from workbench.runtime.cpu_load import INTERVAL_S
     from workbench.runtime.threads import use_tvm_threads
 
@@ -37,15 +51,8 @@ GOVERN = """
 
     if __name__ == "__main__":
         use_tvm_threads({cores})
-        target = tvm.target.Target({{"kind": "llvm", "num-cores": {cores}}})
-        bb = relax.BlockBuilder()
-        x = relax.Var("x", relax.TensorType([64, 64], "float32"))
-        with bb.function("main", [x]):
-            with bb.dataflow():
-                out = bb.emit_output(relax.op.add(x, x))
-            bb.emit_func_output(out)
         data = np.random.default_rng(0).normal(size=(64, 64)).astype("float32")
-        runner = tvm_runner("workbench", build_lowered(bb.get(), target), {{"x": data}}, target)
+        runner = doubling_runner({cores}, data)
         quiet = settle(runner, 1.0)
         busy = multiprocessing.Process(target=spin, daemon=True)
         busy.start()
@@ -61,7 +68,7 @@ GOVERN = """
 def test_a_runner_tries_the_free_cores_under_load_and_takes_all_back_when_quiet():
     """A TVM runner's inferences (outputs checked) drive the governor: quiet, every core; with one spinning process
     it times the free cores against all of them; quiet again, every core."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(GOVERN.format(cores=CORES))], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(DOUBLING_RUNNER) + textwrap.dedent(GOVERN.format(cores=CORES))], capture_output=True,
                           text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
@@ -116,23 +123,10 @@ def test_under_load_the_governor_keeps_the_thread_count_that_measured_faster(spi
 
 PINNING = """
     import json, os, threading
-    import numpy as np, tvm
-    from tvm import relax
-    from workbench.compile.build import build_lowered
-    from workbench.measure.runners import tvm_runner
     from workbench.runtime.cpu_load import set_tvm_threads
 
     before = sorted(os.sched_getaffinity(0))
-    target = tvm.target.Target({{"kind": "llvm", "num-cores": {cores}}})
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType([64, 64], "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.add(x, x))
-        bb.emit_func_output(out)
-    data = np.ones((64, 64), "float32")
-    runner = tvm_runner("workbench", build_lowered(bb.get(), target), {{"x": data}}, target)
-    runner.infer()
+    doubling_runner({cores}, np.ones((64, 64), "float32")).infer()
     set_tvm_threads(1)
     set_tvm_threads({cores})
     started = []
@@ -149,7 +143,7 @@ def test_sizing_tvm_threads_leaves_the_callers_cores_alone():
     (ONNX Runtime's and OpenVINO's pools in a side-by-side run, the launcher's workers) inherits the pin: the
     corpus benchmark then ran every runtime created after the workbench's runner on one core. The governor's
     sizing puts the caller's cores back."""
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(PINNING.format(cores=CORES))],
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(DOUBLING_RUNNER) + textwrap.dedent(PINNING.format(cores=CORES))],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     affinity = json.loads(result.stdout.strip().splitlines()[-1])
