@@ -2,32 +2,20 @@
 left free, and on all of them again once the machine is quiet. The check runs in a fresh process (the pool belongs
 to the process)."""
 
-import json
-import subprocess
-import sys
-import textwrap
-
 import psutil
 import pytest
+from fresh_process import run_fresh
 
 CORES = psutil.cpu_count(logical=False) or 1
 
 # a fresh process's runner of x + x on the test's cores: the library both checks run
 DOUBLING_RUNNER = """
-    import numpy as np, tvm
-    from tvm import relax
-    from workbench.compile.build import build_lowered
+    import numpy as np
     from workbench.measure.runners import tvm_runner
 
     def doubling_runner(cores, data):
-        target = tvm.target.Target({"kind": "llvm", "num-cores": cores})
-        bb = relax.BlockBuilder()
-        x = relax.Var("x", relax.TensorType([64, 64], "float32"))
-        with bb.function("main", [x]):
-            with bb.dataflow():
-                out = bb.emit_output(relax.op.add(x, x))
-            bb.emit_func_output(out)
-        return tvm_runner("workbench", build_lowered(bb.get(), target), {"x": data}, target)
+        library = built(lambda x: relax.op.add(x, x), cores, data.shape[0])
+        return tvm_runner("workbench", library, {"x": data}, target_on(cores))
 """
 
 GOVERN = """
@@ -68,10 +56,7 @@ GOVERN = """
 def test_a_runner_tries_the_free_cores_under_load_and_takes_all_back_when_quiet():
     """A TVM runner's inferences (outputs checked) drive the governor: quiet, every core; with one spinning process
     it times the free cores against all of them; quiet again, every core."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(DOUBLING_RUNNER) + textwrap.dedent(GOVERN.format(cores=CORES))], capture_output=True,
-                          text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = run_fresh(DOUBLING_RUNNER, GOVERN.format(cores=CORES), timeout=180)
     assert seen["quiet"] == [[CORES], CORES]
     assert seen["loaded"][0] == [CORES - 1, CORES]
     assert seen["again"][1] == CORES
@@ -143,10 +128,7 @@ def test_sizing_tvm_threads_leaves_the_callers_cores_alone():
     (ONNX Runtime's and OpenVINO's pools in a side-by-side run, the launcher's workers) inherits the pin: the
     corpus benchmark then ran every runtime created after the workbench's runner on one core. The governor's
     sizing puts the caller's cores back."""
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(DOUBLING_RUNNER) + textwrap.dedent(PINNING.format(cores=CORES))],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    affinity = json.loads(result.stdout.strip().splitlines()[-1])
+    affinity = run_fresh(DOUBLING_RUNNER, PINNING.format(cores=CORES), timeout=300)
     assert len(affinity["before"]) >= 2
     assert affinity["caller"] == affinity["before"]
     assert affinity["started"] == affinity["before"]

@@ -2,34 +2,19 @@
 parallel loops on the workbench's pool with the same outputs, in a forked child too, and keeps TVM's launcher where
 asked. Each check runs in a fresh process: the pool and TVM's belong to the process."""
 
-import json
-import subprocess
-import sys
-import textwrap
-
 import psutil
 import pytest
+from fresh_process import run_fresh
 
 CORES = psutil.cpu_count(logical=False) or 1
 
 RUN = """
     import json, multiprocessing, tempfile
     from pathlib import Path
-    import numpy as np, tvm
-    from tvm import relax
-    from workbench.compile.build import build_lowered
+    import numpy as np
     from workbench.measure.factory import Bench, runner_for
     from workbench.runtime import launcher
     from workbench.runtime.threads import use_tvm_threads
-
-    def built(op):
-        x = relax.Var("x", relax.TensorType([256, 256], "float32"))
-        bb = relax.BlockBuilder()
-        with bb.function("main", [x]):
-            with bb.dataflow():
-                out = bb.emit_output(op(x))
-            bb.emit_func_output(out)
-        return build_lowered(bb.get(), target)
 
     def child(path, data, queue):
         lib = tvm.runtime.load_module(str(path))  # loading points the library at TVM's launcher again
@@ -39,16 +24,16 @@ RUN = """
 
     if __name__ == "__main__":
         use_tvm_threads({cores})
-        target = tvm.target.Target({{"kind": "llvm", "num-cores": {cores}}})
+        target = target_on({cores})
         data = np.random.default_rng(0).normal(size=(256, 256)).astype("float32")
         work = Path(tempfile.mkdtemp())
         # through the factory, as every measurement runs a CPU build: exported, loaded, the launcher installed
         bench = Bench(None, {{"x": data}}, target, work)
-        matmul = built(lambda x: relax.op.matmul(x, relax.op.permute_dims(x)))
+        matmul = built(lambda x: relax.op.matmul(x, relax.op.permute_dims(x)), {cores}, 256)
         runner = runner_for("workbench", bench, matmul)
         outputs = [runner.infer()[0] for _ in range(3)]
         # a second build under the same label, while the first is loaded: its own library, not the first again
-        doubled = runner_for("workbench", bench, built(lambda x: relax.op.add(x, x)))
+        doubled = runner_for("workbench", bench, built(lambda x: relax.op.add(x, x), {cores}, 256))
         seen = {{
             "equal": all(np.allclose(out, data @ data.T, rtol=1e-4, atol=1e-3) for out in outputs),
             "second": bool(np.array_equal(doubled.infer()[0], 2 * data)),
@@ -67,7 +52,7 @@ RUN = """
             forked.kill()
             seen["forked"] = queue.get(timeout=5) if forked.exitcode == 0 else f"exit {{forked.exitcode}}"
         # a library without parallel loops has nothing to point at the pool
-        tiny = built(lambda x: relax.op.strided_slice(x, axes=[0], begin=[0], end=[1]))
+        tiny = built(lambda x: relax.op.strided_slice(x, axes=[0], begin=[0], end=[1]), {cores}, 256)
         tiny_path = tiny.export(work / "tiny.so")
         tvm.runtime.load_module(str(tiny_path))
         seen["tiny"] = launcher.install(tiny_path, {cores})
@@ -76,12 +61,7 @@ RUN = """
 
 
 def _run(env: dict[str, str] | None = None) -> dict:
-    import os
-
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(RUN.format(cores=CORES))], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, **(env or {})})
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_fresh(RUN.format(cores=CORES), timeout=300, env=env)
 
 
 @pytest.mark.skipif(CORES < 2, reason="one core: the pool starts no worker")
@@ -101,35 +81,26 @@ def test_workbench_launcher_tvm_keeps_tvms_own_launcher():
 
 
 WAKE = """
-    import json, os, tempfile, threading, time
+    import json, os, tempfile, time
     from pathlib import Path
-    import numpy as np, tvm
-    from tvm import relax
-    from workbench.compile.build import build_lowered
+    import numpy as np
     from workbench.runtime import launcher
 
-    target = tvm.target.Target({{"kind": "llvm", "num-cores": 2}})
-    x = relax.Var("x", relax.TensorType([256, 256], "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.add(x, x))
-        bb.emit_func_output(out)
-    path = build_lowered(bb.get(), target).export(Path(tempfile.mkdtemp()) / "add.so")
+    path = built(lambda x: relax.op.add(x, x), 2, 256).export(Path(tempfile.mkdtemp()) / "add.so")
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())
     assert launcher.install(path, 2)
     data = tvm.runtime.tensor(np.ones((256, 256), "float32"))
-    before = {{int(tid) for tid in os.listdir("/proc/self/task")}}
+    before = {int(tid) for tid in os.listdir("/proc/self/task")}
     vm["main"](data)  # starts the worker, from a caller free to run on every core
-    worker = ({{int(tid) for tid in os.listdir("/proc/self/task")}} - before).pop()
+    worker = ({int(tid) for tid in os.listdir("/proc/self/task")} - before).pop()
     caller_core = min(os.sched_getaffinity(0))
     time.sleep(0.3)  # the worker sleeps; where it wakes is the scheduler's choice, here forced onto the caller's core
-    os.sched_setaffinity(0, {{caller_core}})
-    os.sched_setaffinity(worker, {{caller_core}})
+    os.sched_setaffinity(0, {caller_core})
+    os.sched_setaffinity(worker, {caller_core})
     for _ in range(20):
         vm["main"](data)
     time.sleep(0.1)  # the caller's core is free for the worker to run on, if it has not yet
-    print(json.dumps({{"caller": caller_core, "worker": sorted(os.sched_getaffinity(worker))}}))
+    print(json.dumps({"caller": caller_core, "worker": sorted(os.sched_getaffinity(worker))}))
 """
 
 
@@ -137,8 +108,5 @@ WAKE = """
 def test_a_worker_woken_on_the_callers_core_moves_off_it():
     """The scheduler may wake a worker on the core its caller runs on, where the two take turns: ~7 inferences
     after each pause ran serially. The worker moves to the pool's other cores when it finds itself there."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(WAKE.format())], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = run_fresh(WAKE, timeout=300)
     assert seen["worker"] and seen["caller"] not in seen["worker"]
