@@ -54,7 +54,8 @@ class Run:
 
 def one_run(config: Path, load: int, index: int, launcher: str, work: Path) -> Run:
     """`workbench run` in a fresh process on `launcher` beside `load` spinning ones; its figures from result.json."""
-    measured = fresh_run(config, work / f"load{load}_{index}_{launcher}", ROOT, load, {LAUNCHER_ENV: launcher}).measurements
+    out = work / f"load{load}_{index}_{launcher}"
+    measured = fresh_run(config, out, ROOT, load, {LAUNCHER_ENV: launcher}).measurements
     run = Run(load, index, launcher, *(measured[label].median_ms for label in LABELS),
               *(measured[label].p90_ms for label in LABELS))
     print(f"load {load} run {index} {launcher}: workbench {run.workbench_ms:.3f} ms (p90 {run.workbench_p90:.3f}), "
