@@ -199,6 +199,25 @@ def test_the_bf16_corpus_page_sits_beside_the_default_one_and_holds_bf16_to_its_
     assert 0.999 <= float(rows[0]["cosine"]) < 1 and float(rows[0]["openvino_bf16_over_workbench"]) > 0
 
 
+
+def test_the_bf16_corpus_page_of_a_cpu_without_avx512bf16_says_it_was_not_measured(tmp_path, monkeypatch):
+    """On a CPU without AVX512_BF16 `workbench bench corpus --pipeline default_bf16` measures no model: it writes
+    the page with the setting and why, and exits 2. (Where this CPU has the feature, the probe is told it has not:
+    no such CPU is at hand then.)"""
+    import workbench.bench.corpus as corpus_bench
+
+    if bf16_target(HOST):
+        monkeypatch.setattr(corpus_bench, "bf16_target", lambda target: False)
+    corpus = tmp_path / "corpus.yaml"
+    corpus.write_text(yaml.safe_dump({"models": [{
+        "name": "convnet_small", "source": "zoo:convnet_small", "inputs": {"x": [1, 3, 32, 32]},
+        "tolerance": {"rtol": 1e-3, "atol": 1e-4}, "exercises": "a small CNN"}]}))
+    out = tmp_path / "results"
+    assert main(["bench", "corpus", "--corpus", str(corpus), "--pipeline", "default_bf16", "--out", str(out)]) == 2
+    page = next(out.glob("corpus_*_default_bf16.md"))
+    assert "Not measured on this CPU" in page.read_text() and BF16_FEATURE in page.read_text()
+    assert [path.name for path in out.iterdir()] == [page.name]  # no table, no chart: nothing was timed
+
 @needs_bf16
 @pytest.mark.slow
 def test_tuning_searches_the_bf16_kernel_tensorized_and_the_tuned_build_holds_the_tolerance(tmp_path):

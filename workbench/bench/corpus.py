@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -21,9 +21,10 @@ from workbench.config import Experiment
 from workbench.config.baselines import SIDE_BY_SIDE, SIDE_BY_SIDE_DEFAULT, WORKBENCH_LABEL
 from workbench.config.pipeline_spec import to_text
 from workbench.errors import UserError
+from workbench.kernels.x86_bf16 import BF16_FEATURE, bf16_target
 from workbench.models.accuracy import BF16_RULE, runs_bf16
 from workbench.models.corpus import CORPUS_FILE, CorpusEntry, load_corpus
-from workbench.record.corpus_table import Row, Setting, write
+from workbench.record.corpus_table import Row, Setting, write, write_not_measured
 from workbench.record.results_page import cpu_name, load_suffix, versions
 from workbench.runtime.threads import target_threads
 from workbench.stages.side_by_side import bench
@@ -80,18 +81,26 @@ def untuned_row(experiment: Experiment, options: CorpusOptions, log: Callable[[s
 
 
 def run_corpus(options: CorpusOptions) -> list[Path]:
-    """Every selected model side by side; return the page's files (Markdown, CSV, PNG)."""
+    """Every selected model side by side; return the page's files (Markdown, CSV, PNG). A bf16 pipeline on a CPU
+    without AVX512_BF16 measures nothing: its page says why, and the run exits 2."""
     entries = options.entries()
     experiments = options.experiments(entries)
-    rows = [untuned_row(experiment, options, prefixed(options.log, f"[{i}/{len(experiments)}] "))
-            for i, experiment in enumerate(experiments, 1)]
     target = make_target(experiments[0].target)
+    bf16 = runs_bf16(WORKBENCH_LABEL, experiments[0].pipeline)
     setting = Setting(date=datetime.now().strftime("%Y-%m-%d %H:%M"), cpu=cpu_name(), target=target_key(target),
                       threads=target_threads(target), pipeline=options.pipeline,
                       passes=to_text(experiments[0].pipeline), baselines=tuple(options.baselines),
                       repeat=options.repeat, rounds=options.rounds, versions=versions(), load=options.load,
-                      **({"accuracy_rule": BF16_RULE} if runs_bf16(WORKBENCH_LABEL, experiments[0].pipeline) else {}))
-    written = write(rows, {entry.name: entry for entry in entries}, setting, options.out,
-                    f"corpus_{host_cpu()}{pipeline_suffix(options.pipeline)}{load_suffix(options.load)}")
+                      **({"accuracy_rule": BF16_RULE} if bf16 else {}))
+    stem = f"corpus_{host_cpu()}{pipeline_suffix(options.pipeline)}{load_suffix(options.load)}"
+    if bf16 and not bf16_target(target):
+        page = write_not_measured(setting, f"`{target_key(target)}` has no {BF16_FEATURE}: the `bf16` pass would "
+                                  "compute every bf16 product as fp32 with conversions around it, so it refuses "
+                                  "(docs/precision.md).", options.out, stem)
+        raise UserError(f"bf16 not measured: this CPU ({target_key(target)}) has no {BF16_FEATURE}; wrote {page}")
+    rows = [untuned_row(experiment, options, prefixed(options.log, f"[{i}/{len(experiments)}] "))
+            for i, experiment in enumerate(experiments, 1)]
+    setting = replace(setting, date=datetime.now().strftime("%Y-%m-%d %H:%M"))  # when the last model finished
+    written = write(rows, {entry.name: entry for entry in entries}, setting, options.out, stem)
     options.log("wrote " + ", ".join(str(path) for path in written))
     return written

@@ -145,13 +145,10 @@ def ratio_summary(rows: list[Row], baselines: tuple[str, ...]) -> str:
     return "; ".join(parts) + "." if parts else ""
 
 
-def markdown_text(rows: list[Row], entries: dict[str, CorpusEntry], setting: Setting, chart: str) -> str:
-    """The report: heading (date, CPU, threads, versions, protocol), the table, the chart, what each model is."""
-    cols = columns(setting.baselines)
-    counts = {status: sum(row.status == status for row in rows) for status in ("ok", "mismatch", "failed")}
+def _setting_lines(setting: Setting) -> str:
+    """The page's lines on where and how it was measured (CPU, pipeline, peers, protocol, accuracy, versions)."""
     versions = ", ".join(f"{name} {version}" for name, version in setting.versions.items())
-    lines = [
-        f"# {_heading(setting)}",
+    return (
         f"- CPU: {setting.cpu} (TVM target `{setting.target}`), {setting.threads} threads for every runtime\n"
         f"- workbench: pipeline `{setting.pipeline}` (`{setting.passes}`), untuned (default schedules)\n"
         f"- compared with: {', '.join(setting.baselines) or 'nothing'}; ratios are their median / the workbench "
@@ -160,7 +157,16 @@ def markdown_text(rows: list[Row], entries: dict[str, CorpusEntry], setting: Set
         f"{load_line(setting.load)}"
         f"- accuracy: the workbench vs ONNX Runtime without graph optimizations (ort_none), {setting.accuracy_rule}; "
         f"inputs are seeded random values\n"
-        f"- versions: {versions}",
+        f"- versions: {versions}")
+
+
+def markdown_text(rows: list[Row], entries: dict[str, CorpusEntry], setting: Setting, chart: str) -> str:
+    """The report: heading (date, CPU, threads, versions, protocol), the table, the chart, what each model is."""
+    cols = columns(setting.baselines)
+    counts = {status: sum(row.status == status for row in rows) for status in ("ok", "mismatch", "failed")}
+    lines = [
+        f"# {_heading(setting)}",
+        _setting_lines(setting),
         f"{len(rows)} models: {counts['ok']} ok, {counts['mismatch']} outside their tolerance, "
         f"{counts['failed']} failed. {ratio_summary(rows, setting.baselines)}",
         markdown_table(tuple(col.title for col in cols), [[col.text(row) for col in cols] for row in rows]),
@@ -170,6 +176,13 @@ def markdown_text(rows: list[Row], entries: dict[str, CorpusEntry], setting: Set
                   for row in rows if row.name in entries),
     ]
     return "\n\n".join(lines) + "\n"
+
+
+def write_not_measured(setting: Setting, why: str, out_dir: Path, stem: str) -> Path:
+    """`<stem>.md` for a setting this CPU cannot run (a bf16 pipeline without AVX512_BF16): the setting and why no
+    model was measured, so the results folder says so instead of holding no page (or an older CPU's)."""
+    text = f"# {_heading(setting)}\n\n{_setting_lines(setting)}\n\n**Not measured on this CPU**: {why}\n"
+    return atomic_write_text(out_dir / f"{stem}.md", text)
 
 
 def ratio_figure(rows: list[Row], setting: Setting) -> Figure:
