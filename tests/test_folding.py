@@ -137,3 +137,100 @@ def test_fold_constant_records_a_constant_subgraph_the_host_cannot_evaluate(llvm
     (why,) = record.analysis["constants_unfolded"]
     assert why.startswith("weight (call_tir): ") and len(why) > len("weight (call_tir): ")
     assert record.ops_after == {"relax.add": 2, "relax.call_tir": 1}
+
+
+def _clipped_convs_with_transposed_weights() -> onnx.ModelProto:
+    """Two convs with biases (imported as reshapes of constants), a weight stored HWIO and transposed in the graph
+    (a TF export), and Clip(0, 6) between them (its bounds imported as NaN tests and selects of constants)."""
+    rng = np.random.default_rng(3)
+    w1_hwio = (rng.standard_normal((3, 3, 3, 8)) * 0.3).astype(np.float32)
+    w2 = (rng.standard_normal((5, 8, 3, 3)) * 0.2).astype(np.float32)
+    inits = [onnx.numpy_helper.from_array(a, name) for name, a in (
+        ("w1_hwio", w1_hwio), ("b1", rng.standard_normal(8).astype(np.float32)), ("w2", w2),
+        ("b2", rng.standard_normal(5).astype(np.float32)), ("low", np.array(0, np.float32)),
+        ("high", np.array(6, np.float32)))]
+    h = onnx.helper
+    nodes = [h.make_node("Transpose", ["w1_hwio"], ["w1"], perm=[3, 2, 0, 1]),
+             h.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             h.make_node("Clip", ["c1", "low", "high"], ["r1"]),
+             h.make_node("Conv", ["r1", "w2", "b2"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 13, 11])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+
+
+def test_fold_constant_folds_layout_ops_and_selects_in_numpy_to_the_bits_tvm_computes(llvm, monkeypatch):
+    """fold_constant folds reshapes, transposes, NaN tests and selects of constants with numpy (FoldConstant would
+    compile each with LLVM): nothing of those kinds is left on constants for FoldConstant, and the pipeline's
+    module, constants included, is the one it makes with FoldConstant alone."""
+    from workbench.passes import folding
+
+    model = _clipped_convs_with_transposed_weights()
+    mod = import_to_relax(model)
+    pipeline = parse_text("fold_constant,convert_layout(conv2d=NHWC),fold_constant")
+    folded, records = run_pipeline(mod, pipeline, llvm, stats=False)
+    first, _layout, second = (record.analysis.get("folded_in_numpy", {}) for record in records)
+    assert {"reshape", "isnan", "where"} <= set(first) and set(second) == {"permute_dims"}  # fold_constant used it
+    fast_path = folding._numpy_fold  # noqa: SLF001 - the fast path itself is what is checked
+    with monkeypatch.context() as patch:
+        patch.setattr(folding, "_numpy_fold", tvm.transform.module_pass(lambda m, _c: m, opt_level=0, name="none"))
+        expected, _records = run_pipeline(mod, pipeline, llvm, stats=False)
+    tvm.ir.assert_structural_equal(folded, expected, map_free_vars=True)
+    ours, theirs = constants(folded), constants(expected)
+    assert len(ours) == len(theirs) >= 4
+    assert all(a.dtype == b.dtype and a.tobytes() == b.tobytes() for a, b in zip(ours, theirs))
+
+    def on_constants(module) -> set[str]:
+        """The ops of bindings computed from constants only (shapes and attributes aside)."""
+        found, constant = set(), set()
+        for binding in (b for block in module["main"].body.blocks for b in block.bindings):
+            value = binding.value
+            if isinstance(value, tvm.ir.GenericConst):
+                constant.add(binding.var)
+            elif isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and all(
+                    a in constant if isinstance(a, relax.Var) else not isinstance(a, (relax.Tuple, relax.Call))
+                    for a in value.args):
+                found.add(value.op.name)
+                constant.add(binding.var)
+        return found
+
+    kinds = {"relax.reshape", "relax.permute_dims", "relax.isnan", "relax.where"}
+    assert len(on_constants(mod) & kinds) >= 3  # what the import leaves: the test has something to fold
+    assert not on_constants(fast_path(mod)) & kinds
+    inputs = {"x": np.random.default_rng(1).uniform(-1, 1, (1, 3, 13, 11)).astype(np.float32)}
+    reference = ort_runner("ort_none", model, inputs).infer()[0]
+    out = tvm_runner("t", build_lowered(folded, llvm), inputs, llvm).infer()[0]
+    np.testing.assert_allclose(out, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_fold_constant_folds_index_arithmetic_on_static_shapes_gathers_and_joins_in_numpy(llvm, monkeypatch):
+    """An unrolled LSTM's pattern: a gather index made from a static tensor's shape (shape_of, shape_to_tensor), made
+    non-negative (less, add, where), a constant weight gathered by it and joined (take, concat). numpy folds all
+    of it to FoldConstant's bits."""
+    from workbench.passes import folding
+
+    rng = np.random.default_rng(5)
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([3, 2], "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            index = builder.emit(relax.op.shape_to_tensor(builder.emit(relax.op.shape_of(x))))  # [3, 2]
+            shifted = builder.emit(relax.op.subtract(index, relax.const(np.array([4, 1]), "int64")))  # [-1, 1]
+            negative = builder.emit(relax.op.less(shifted, relax.const(np.array(0), "int64")))
+            wrapped = builder.emit(relax.op.where(negative, relax.op.add(shifted, relax.const(np.array(4), "int64")),
+                                                  shifted))  # [3, 1]
+            weight = relax.const(rng.standard_normal((4, 2)).astype(np.float32))
+            rows = builder.emit(relax.op.take(weight, wrapped, axis=0))  # [2, 2]
+            joined = builder.emit(relax.op.concat([rows, relax.const(np.ones((1, 2), np.float32))], axis=0))
+            out = builder.emit_output(relax.op.add(x, joined))
+        builder.emit_func_output(out)
+    mod = builder.get()
+    folded, (record,) = run_pipeline(mod, parse_text("fold_constant"), llvm, stats=False)
+    assert {"shape_to_tensor", "subtract", "less", "add", "where", "take", "concat"} <= set(
+        record.analysis["folded_in_numpy"])
+    with monkeypatch.context() as patch:
+        patch.setattr(folding, "_numpy_fold", tvm.transform.module_pass(lambda m, _c: m, opt_level=0, name="none"))
+        expected, _records = run_pipeline(mod, parse_text("fold_constant"), llvm, stats=False)
+    tvm.ir.assert_structural_equal(folded, expected, map_free_vars=True)
+    (ours,), (theirs,) = constants(folded), constants(expected)
+    assert ours.tobytes() == theirs.tobytes() and ours.shape == (3, 2)
