@@ -63,7 +63,7 @@ class VariantRunner:
             except Exception as exc:  # reported on every task: the user's plugin is broken
                 self.plugin_error = f"plugin {module!r} failed to import: {exc.__class__.__name__}: {exc}"
         self.prepared_models: dict[str, Any] = {}  # model, target -> (seed, stages.Prepared)
-        self.optimized: dict[str, Any] = {}  # ir_key -> stages.Optimized, the last few
+        self.optimized: dict[str, tuple[Any, bool]] = {}  # ir_key -> (stages.Optimized, with stats), the last few
         from workbench.compile.build_cache import BuildCache
 
         self.builds = BuildCache()  # compiled modules by IR, reused across this process's runs
@@ -106,20 +106,24 @@ class VariantRunner:
         return dataclasses.replace(prepared, inputs=make_inputs(prepared.canonical, experiment.model, experiment.seed,
                                                                 base_dir))
 
-    def optimized_module(self, experiment: Experiment, config: dict):
-        """The variant's pipeline run on its prepared model (stages.Optimized), from the last few this process ran."""
+    def optimized_module(self, experiment: Experiment, config: dict, stats: bool = False):
+        """The variant's pipeline run on its prepared model (stages.Optimized), from the last few this process ran.
+        `stats` (the kernels and planned bytes after each pass, for a measured run's record) lowers the module after
+        every pass, 5x the pipeline's own time: hashing a variant, building a study's reference and tuning do
+        without."""
         from workbench.stages import optimize
 
         if self.plugin_error:
             raise UserError(self.plugin_error)
         key = ir_key(config)
-        if key in self.optimized:
+        if key in self.optimized and (self.optimized[key][1] or not stats):
             self.optimized[key] = self.optimized.pop(key)  # the most recently used last
         else:
-            self.optimized[key] = optimize(self.prepared(experiment), experiment.pipeline)
+            self.optimized.pop(key, None)
+            self.optimized[key] = (optimize(self.prepared(experiment), experiment.pipeline, stats=stats), stats)
             while len(self.optimized) > 16:  # bound the memory (a study's model has 13 variants): drop the LRU
                 self.optimized.pop(next(iter(self.optimized)))
-        return self.optimized[key]
+        return self.optimized[key][0]
 
     def reference_build(self, reference: dict) -> Built:
         """The build of a study variant's full pipeline (compiled once per process: BuildCache)."""
@@ -141,7 +145,7 @@ class VariantRunner:
         from workbench.experiment import run_experiment
         from workbench.sweep.study import FULL
 
-        optimized = self.optimized_module(experiment, config)  # usually run already, by this worker's hash task
+        optimized = self.optimized_module(experiment, config, stats=True)  # its record has each pass's kernels
         beside = None
         if reference is not None:
             try:
