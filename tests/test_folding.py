@@ -234,3 +234,28 @@ def test_fold_constant_folds_index_arithmetic_on_static_shapes_gathers_and_joins
     tvm.ir.assert_structural_equal(folded, expected, map_free_vars=True)
     (ours,), (theirs,) = constants(folded), constants(expected)
     assert ours.tobytes() == theirs.tobytes() and ours.shape == (3, 2)
+
+
+def test_fold_constant_in_numpy_keeps_tvms_bits_where_ieee_and_tvm_differ(llvm, monkeypatch):
+    """Where TVM does not compute IEEE's answer, numpy must not either: float != with a NaN (LLVM's `fcmp one`:
+    false), and arithmetic with a 0-d 0 or 1 (TIR folds x * 0 to 0 even for NaN, -0 + 0 to -0)."""
+    from workbench.passes import folding
+
+    special = relax.const(np.array([np.nan, -np.inf, -0.0, 2.5], np.float32))
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([4], "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            differs = builder.emit(relax.op.not_equal(special, relax.const(np.ones(4, np.float32))))
+            times_zero = builder.emit(relax.op.multiply(special, relax.const(0.0, "float32")))
+            plus_zero = builder.emit(relax.op.add(special, relax.const(0.0, "float32")))
+            picked = builder.emit(relax.op.where(differs, times_zero, plus_zero))
+            out = builder.emit_output(relax.op.add(x, picked))
+        builder.emit_func_output(out)
+    mod = builder.get()
+    folded, _records = run_pipeline(mod, parse_text("fold_constant"), llvm, stats=False)
+    with monkeypatch.context() as patch:
+        patch.setattr(folding, "_numpy_fold", tvm.transform.module_pass(lambda m, _c: m, opt_level=0, name="none"))
+        expected, _records = run_pipeline(mod, parse_text("fold_constant"), llvm, stats=False)
+    (ours,), (theirs,) = constants(folded), constants(expected)
+    assert ours.tobytes() == theirs.tobytes()

@@ -18,8 +18,14 @@ from workbench.passes.registry import register
 _ARITHMETIC = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
                "relax.divide": np.divide, "relax.sqrt": np.sqrt,
                "relax.less": np.less, "relax.greater": np.greater, "relax.less_equal": np.less_equal,
-               "relax.greater_equal": np.greater_equal, "relax.equal": np.equal, "relax.not_equal": np.not_equal}
+               "relax.greater_equal": np.greater_equal, "relax.equal": np.equal,
+               # LLVM's `fcmp one`, which TVM emits for float !=: false where either side is NaN (numpy's is true)
+               "relax.not_equal": lambda a, b: np.less(a, b) | np.greater(a, b)}
 _FLOAT_ONLY = {"relax.divide", "relax.sqrt"}
+# TVM legalizes a 0-d constant operand to an immediate, and TIR's constant folding then simplifies by pattern
+# (x * 0 -> 0, 0 / x -> 0, x + 0 -> x, x * 1 -> x) instead of IEEE arithmetic (NaN * 0 is 0, -0 + 0 is -0): those are
+# left to FoldConstant, as is a division by a 0-d zero (TVM refuses it).
+_PATTERN_FOLDED = (0.0, 1.0)
 
 
 def _axes(attr) -> list[int] | None:
@@ -38,6 +44,19 @@ _LAYOUT_OPS = {
     "relax.shape_to_tensor": lambda call, a, shape: a,
 }
 _SELECTING = ("relax.where", "relax.take", "relax.concat")  # pick or join bits of their constant operands
+
+
+def _take(data: np.ndarray, indices: np.ndarray, attrs) -> np.ndarray | None:
+    """relax.take's gathered bits: TOPI's clip and wrap are numpy's; "fast" only where every index is in range;
+    anything else (an empty axis, the "nan" mode) is left to FoldConstant."""
+    axis = None if attrs.axis is None else int(attrs.axis)
+    extent = data.size if axis is None else data.shape[axis]
+    mode = str(attrs.mode)
+    if extent == 0 or mode not in ("fast", "clip", "wrap"):
+        return None
+    if mode == "fast" and not np.all((indices >= 0) & (indices < extent)):
+        return None
+    return np.take(data, indices, axis=axis, mode="raise" if mode == "fast" else mode)
 
 
 def _static_shape(ty: relax.Type) -> relax.ShapeExpr | None:
@@ -91,15 +110,15 @@ class _NumpyFolder(relax.PyExprMutator):
         args = [self._constant(a) for a in call.args]
         if any(a is None for a in args):
             return None
-        if name == "relax.where":  # selects bits
-            return np.where(*args)
-        if name == "relax.take":  # gathers bits (out of range: left to FoldConstant)
-            axis = None if call.attrs.axis is None else int(call.attrs.axis)
-            mode = {"fast": "raise"}.get(str(call.attrs.mode), str(call.attrs.mode))
-            in_range = np.all((args[1] >= 0) & (args[1] < (args[0].size if axis is None else args[0].shape[axis])))
-            return np.take(args[0], args[1], axis=axis, mode=mode) if mode != "raise" or in_range else None
+        if name == "relax.where":  # selects bits (of two operands of one dtype: TOPI refuses others)
+            return np.where(*args) if args[1].dtype == args[2].dtype else None
+        if name == "relax.take":
+            return _take(args[0], args[1], call.attrs)
         kinds = (np.floating,) if name in _FLOAT_ONLY else (np.floating, np.integer)
         if not all(any(np.issubdtype(a.dtype, kind) for kind in kinds) for a in args):
+            return None
+        if any(a.ndim == 0 and np.issubdtype(a.dtype, np.floating) and abs(float(a)) in _PATTERN_FOLDED
+               for a in args):
             return None
         return _ARITHMETIC[name](*args)
 
