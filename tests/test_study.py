@@ -116,3 +116,22 @@ def _variants(out: Path) -> list[dict]:
 def _variant_id(out: Path, label: str) -> str:
     """The id of the convnet_small variant with this ablation label (the first model's)."""
     return next(r["id"] for r in _variants(out) if r["ablation"] == label)
+
+
+def test_a_cell_whose_full_pipeline_ran_at_an_unusual_time_is_unsteady_not_a_finding():
+    """A process can run one build at a fraction of its speed while the other label beside it runs as usual; the
+    paired ratio does not cancel that. A cell whose full pipeline ran more than UNSTEADY_FACTOR from its time in the
+    model's other cells is UNSTEADY and is not the model's best pipeline."""
+    from workbench.sweep.study_report import HURTS, PAYS, UNSTEADY, UNSTEADY_FACTOR, Cell, best_line, flag_unsteady
+
+    def cell(label: str, ratio: float, full_ms: float, paired: bool = True) -> Cell:
+        return Cell("m", label, False, PAYS if ratio > 1 else HURTS, ratio, ratio * 0.97, ratio * 1.03,
+                    ratio * full_ms, full_ms, label, paired=paired)
+
+    cells = flag_unsteady([cell("-a", 1.2, 0.50), cell("-b", 3.0, 0.55), cell("-c", 0.52, 1.49),
+                           cell("-d", 1.1, 0.53), cell("-e", 0.9, 0.50 * UNSTEADY_FACTOR * 0.99)])
+    assert [c.verdict for c in cells] == [PAYS, PAYS, UNSTEADY, PAYS, HURTS]
+    assert "-e" in best_line("m", False, cells) and "-c" not in best_line("m", False, cells)
+    assert cells[2].change.startswith("? (-48%")
+    # too few paired cells to know the usual time: nothing is flagged
+    assert [c.verdict for c in flag_unsteady([cell("-a", 1.2, 0.5), cell("-c", 0.52, 1.49)])] == [PAYS, HURTS]

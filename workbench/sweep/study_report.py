@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,11 @@ from workbench.record.markdown import markdown_table
 from workbench.sweep.study import FULL
 
 SAME_IR, NOISE, PAYS, HURTS, FAILED = "same IR", "noise", "pays", "hurts", "failed"
+UNSTEADY = "unsteady"  # the full pipeline, timed beside the variant, ran far from its time in the model's other cells
+# A process can run one build at a fraction of its speed while the other label in it runs as usual (rapidocr_cls's
+# full pipeline at 1.49 ms in one cell's process against 0.50-0.55 ms in its five others, 2026-12-07): pairing
+# cancels what slows both labels, not this. Such a cell's ratio says nothing about the pass.
+UNSTEADY_FACTOR = 1.3
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,7 @@ class Cell:
     model: str
     label: str
     tuned: bool
-    verdict: str  # SAME_IR, NOISE, PAYS (ratio > 1 beyond the CI), HURTS (< 1 beyond it), FAILED
+    verdict: str  # SAME_IR, NOISE, PAYS (ratio > 1 beyond the CI), HURTS (< 1 beyond it), FAILED, UNSTEADY
     ratio: float | None = None
     low: float | None = None
     high: float | None = None
@@ -54,6 +59,8 @@ class Cell:
             return "failed"
         if self.verdict == SAME_IR:
             return "= (same IR)"
+        if self.verdict == UNSTEADY:
+            return f"? ({self.ratio - 1:+.0%}: the full pipeline ran at an unusual time in this process)"
         return f"{self.ratio - 1:+.0%} [{self.low - 1:+.0%}, {self.high - 1:+.0%}]"
 
 
@@ -92,7 +99,20 @@ def study_cells(rows: list[dict], variants: list[dict]) -> list[Cell]:
             full_ms = row["median_ms"] * row["speedup"][FULL] if paired else full["median_ms"]
             cells.append(Cell(model, label, tuned, _verdict(low, high), ratio, low, high, row["median_ms"],
                               full_ms, v["pipeline_text"], paired=paired is not None))
-    return cells
+    return flag_unsteady(cells)
+
+
+def flag_unsteady(cells: list[Cell]) -> list[Cell]:
+    """The cells, with UNSTEADY for a paired cell whose full pipeline ran more than UNSTEADY_FACTOR from its median
+    over the model's paired cells (at least three of them: with fewer there is no usual time to compare with)."""
+    usual: dict[tuple[str, bool], float] = {}
+    for key in {(c.model, c.tuned) for c in cells}:
+        times = [c.full_ms for c in cells if (c.model, c.tuned) == key and c.paired and c.full_ms]
+        if len(times) >= 3:
+            usual[key] = float(np.median(times))
+    return [replace(c, verdict=UNSTEADY) if c.paired and c.full_ms and (c.model, c.tuned) in usual
+            and not 1 / UNSTEADY_FACTOR <= c.full_ms / usual[(c.model, c.tuned)] <= UNSTEADY_FACTOR else c
+            for c in cells]
 
 
 def _order(cells: list[Cell], attribute: str) -> list[str]:
@@ -103,7 +123,7 @@ def _order(cells: list[Cell], attribute: str) -> list[str]:
 def heatmap(cells: list[Cell], models: list[str], labels: list[str], path: Path) -> Path:
     """Models × variant labels, the slowdown when the pass is dropped (or changed), untuned and tuned side by side:
     red where the pass pays, blue where it hurts, pale where the CI holds no change (its figure in grey italics),
-    grey for the same IR (=), black for a failed cell (x)."""
+    grey for the same IR (=), black for a failed cell (x), "?" where the cell is UNSTEADY."""
     states = sorted({c.tuned for c in cells})
     fig = Figure(figsize=(3.2 + 0.55 * len(labels) * len(states), 2.6 + 0.3 * len(models)), layout="constrained")
     axes = fig.subplots(1, len(states), squeeze=False)[0]
@@ -117,12 +137,12 @@ def heatmap(cells: list[Cell], models: list[str], labels: list[str], path: Path)
                 if cell is None:
                     continue
                 if cell.ratio is not None and cell.verdict != SAME_IR:
-                    values[i, j] = np.clip(np.log2(cell.ratio), -1, 1) * (0.35 if cell.verdict == NOISE else 1)
-                mark = {SAME_IR: "=", FAILED: "x"}.get(cell.verdict, f"{(cell.ratio or 1) - 1:+.0%}")
+                    values[i, j] = np.clip(np.log2(cell.ratio), -1, 1) * (1 if cell.verdict in (PAYS, HURTS) else 0.35)
+                mark = {SAME_IR: "=", FAILED: "x", UNSTEADY: "?"}.get(cell.verdict, f"{(cell.ratio or 1) - 1:+.0%}")
                 dark = cell.verdict == FAILED or abs(values[i, j]) > 0.6  # white figures on the deep colours
                 ax.text(j, i, mark, ha="center", va="center", fontsize=6.5,
-                        color="white" if dark else "0.5" if cell.verdict == NOISE else "black",
-                        style="italic" if cell.verdict == NOISE else "normal")
+                        color="white" if dark else "0.5" if cell.verdict in (NOISE, UNSTEADY) else "black",
+                        style="italic" if cell.verdict in (NOISE, UNSTEADY) else "normal")
                 if cell.verdict in (SAME_IR, FAILED):
                     ax.add_patch(_square(j, i, "0.85" if cell.verdict == SAME_IR else "0.15"))
         image = ax.imshow(values, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
@@ -133,7 +153,7 @@ def heatmap(cells: list[Cell], models: list[str], labels: list[str], path: Path)
         bar = fig.colorbar(image, ax=list(axes), shrink=0.8)
         bar.set_ticks([-1, 0, 1], labels=["2x faster\nwithout", "no change", "2x slower\nwithout"], fontsize=7)
     fig.suptitle("slowdown when the pass is dropped (or changed)\ngrey italic: within the 95% CI of no change, "
-                 "= same IR, x failed", fontsize=9)
+                 "= same IR, x failed, ? full pipeline at an unusual time in that process", fontsize=9)
     return save_png(fig, path)
 
 
@@ -148,7 +168,7 @@ def best_line(model: str, tuned: bool, cells: list[Cell]) -> str:
     were paired), and whether its lead is beyond the interval; the full pipeline where no variant was faster."""
     state = "tuned" if tuned else "untuned"
     measured = [c for c in cells if c.model == model and c.tuned == tuned and c.ratio is not None
-                and c.verdict != SAME_IR]
+                and c.verdict not in (SAME_IR, UNSTEADY)]
     fastest = min(measured, key=lambda c: c.ratio, default=None)
     if fastest is None or fastest.ratio >= 1:
         return f"- {model} ({state}): the full pipeline; no variant was faster"
