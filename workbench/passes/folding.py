@@ -78,9 +78,12 @@ class _NumpyFolder(relax.PyExprMutator):
         super().__init__(mod)
         self.folded: Counter[str] = Counter()  # op -> calls folded, for the pass's record
 
+    def _bound(self, expr: relax.Expr) -> relax.Expr:
+        """A variable's bound value (the folded constant where this pass folded it), else the expression."""
+        return self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
+
     def _constant(self, expr: relax.Expr) -> np.ndarray | None:
-        if isinstance(expr, relax.Var):
-            expr = self.lookup_binding(expr)
+        expr = self._bound(expr)
         if isinstance(expr, tvm.ir.GenericConst):  # a tensor constant
             return expr.value.numpy()
         if isinstance(expr, (tvm.tirx.FloatImm, tvm.tirx.IntImm)):  # a scalar such as batch_norm's epsilon
@@ -92,8 +95,7 @@ class _NumpyFolder(relax.PyExprMutator):
         return None
 
     def _tuple(self, expr: relax.Expr) -> list[np.ndarray] | None:
-        if isinstance(expr, relax.Var):
-            expr = self.lookup_binding(expr)
+        expr = self._bound(expr)
         if not isinstance(expr, relax.Tuple):
             return None
         fields = [self._constant(field) for field in expr.fields]
