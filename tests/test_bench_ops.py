@@ -10,16 +10,22 @@ pytest.importorskip("openvino", reason="OpenVINO is an optional extra: pip insta
 
 
 def test_the_page_has_every_peer_and_a_row_per_case(tmp_path):
-    assert main(["bench", "ops", "--only", "call_overhead", "fc_batch1", "--repeat", "2", "--rounds", "1",
-                 "--out", str(tmp_path)]) == 0
+    assert main(["bench", "ops", "--only", "call_overhead", "fc_batch1", "depthwise3x3", "--repeat", "2", "--rounds",
+                 "1", "--out", str(tmp_path)]) == 0
     (page,) = tmp_path.glob("ops_*.md")
     text = page.read_text()
     assert "| workbench ms | ort_all ms | openvino ms | fastest peer/workbench |" in text
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in text.splitlines()
-            if line.startswith("| call_overhead") or line.startswith("| fc_batch1")}
-    assert set(rows) == {"call_overhead", "fc_batch1"}
+            if line.startswith(("| call_overhead", "| fc_batch1", "| depthwise3x3"))}
+    assert set(rows) == {"call_overhead", "fc_batch1", "depthwise3x3"}
     for cells in rows.values():
         assert cells[-1].strip(" |") == "ok" and float(cells[3]) > 0 and float(cells[4]) > 0 and float(cells[5]) > 0
     fc = next(case for case in CASES if case.name == "fc_batch1")
     assert bytes_moved(fc.model(), fc.x) == 4 * (9216 + 4096 * 9216 + 4096 + 4096)  # input, weights, bias, output
     assert float(rows["fc_batch1"][9]) > 0  # the workbench's GB/s
+
+    # where the workbench's time goes: the NCHW one-node model's depthwise conv between the layout changes
+    kernels = rows["depthwise3x3"][-2]
+    assert "dwconv2d_nhwc_f32_packed" in kernels and "transpose" in kernels
+    shares = [int(part.rsplit(" ", 1)[1].rstrip("%")) for part in kernels.split(", ")]
+    assert len(shares) == 3 and 50 <= sum(shares) <= 101 and shares == sorted(shares, reverse=True)

@@ -16,6 +16,7 @@ one-element op (`call_overhead`) shows each runtime's cost of a call. Writes ops
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment, TargetConfig, validate
 from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import UserError
+from workbench.measure.profile import VM_BUILTINS
 from workbench.models.summary import frozen, op_histogram
 from workbench.record.results_page import Machine, load_line, load_suffix, write_results_page
 from workbench.record.rows import number_text
@@ -137,6 +139,25 @@ def _cells(flops: int, moved: int, ms: float | None, peak: float | None) -> list
     return [*rate_and_share(flops, ms, peak), f"{moved / ms / 1e6:.1f}" if ms else "—"]
 
 
+PROFILE_RUNS = 20  # inferences over which each case's kernels are timed one by one
+SHOWN_KERNELS = 3
+
+
+def kernel_text(shares: list[tuple[str, float]]) -> str:
+    """The workbench's largest kernels with their share of its time, named by their ops (`fused_` and the numbers
+    TVM appends dropped): where an op trails, whether its own kernel or the layout changes and pads around it (which
+    a one-node NCHW model pays per op, a real model once per layout change) hold the time."""
+    return ", ".join(f"{_op_names(name)[:40]} {100 * share:.0f}%" for name, share in shares[:SHOWN_KERNELS]) or "—"
+
+
+def _op_names(kernel: str) -> str:
+    """A kernel's name without `fused_` and the numbers TVM appends to each op (`add18`), dtypes kept (`f32`)."""
+    if kernel == VM_BUILTINS:
+        return "VM builtins"
+    tokens = kernel.removeprefix("fused_").split("_")
+    return "_".join(t if re.fullmatch(r"(b?f|u?int|[ui])\d+", t) else re.sub(r"\d+$", "", t) for t in tokens)
+
+
 def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, out: Path = RESULTS,
             log: Callable[[str], None] = flushed, load: int = 0) -> Path:
     """Every op case (or those named in `only`) beside ONNX Runtime and OpenVINO, timed beside `load` busy processes
@@ -151,7 +172,7 @@ def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, ou
     with tempfile.TemporaryDirectory(prefix="bench_ops_") as work:
         for case in cases:
             row = bench(experiment(case, Path(work) / f"{case.name}.onnx"), list(PEERS), Path(work), repeat, rounds,
-                        log)
+                        log, profile_runs=PROFILE_RUNS)
             model = case.model()
             flops = sum(r.flops or 0 for r in op_histogram(model, frozen(model, {"x": list(case.x)}).model))
             moved = bytes_moved(model, case.x)
@@ -161,7 +182,8 @@ def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, ou
             rows.append([case.name, case.seen_in, "×".join(map(str, case.x)), number_text(ours, ".3f"),
                          *(number_text(ms, ".3f") for ms in peers.values()),
                          f"{fastest / ours:.2f}" if ours and fastest else "—", *_cells(flops, moved, ours, peak),
-                         *_cells(flops, moved, fastest, peak), row.status + (f": {row.reason}" if row.reason else "")])
+                         *_cells(flops, moved, fastest, peak), kernel_text(row.kernel_shares),
+                         row.status + (f": {row.reason}" if row.reason else "")])
             log(" | ".join(rows[-1]))
     machine = Machine(target_key(target), target_threads(target))
     protocol = ("- each op alone as a one-node ONNX model; workbench: pipeline `default`, untuned (default schedules); "
@@ -169,13 +191,17 @@ def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, ou
                 f"- timing: median of {rounds} interleaved rounds of {repeat} runs per label, in one process\n"
                 f"{load_line(load)}"
                 "- *fastest peer*: the faster of ort_all and openvino; its GFLOP/s and GB/s beside the workbench's; "
-                "GB/s counts the input, weights and output once (a weight-bound op's yardstick: memory bandwidth)")
+                "GB/s counts the input, weights and output once (a weight-bound op's yardstick: memory bandwidth)\n"
+                f"- *workbench's time by kernel*: its {SHOWN_KERNELS} largest kernels, each timed alone over "
+                f"{PROFILE_RUNS} inferences after the timing (`workbench profile`'s instrument), with their share; a "
+                "one-node NCHW model pays the changes to NHWC and back around the op (`transpose`) and its pad on "
+                "every call, where a real model changes layout once")
     if peak:
         protocol += (f"\n- peak: {peak:.0f} GFLOP/s fp32 (cores × 2 FMA units × vector lanes × 2 × /proc/cpuinfo's "
                      "nominal clock): an estimate that turbo exceeds")
     header = ("op", "seen in", "input", "workbench ms", *(f"{label} ms" for label in PEERS),
               "fastest peer/workbench", "workbench GFLOP/s", "% of peak", "workbench GB/s", "peer GFLOP/s",
-              "peer % of peak", "peer GB/s", "status")
+              "peer % of peak", "peer GB/s", "workbench's time by kernel", "status")
     path = write_results_page(out, f"ops_{host_cpu()}{load_suffix(load)}", "Op classes, untuned", machine, protocol,
                               header, rows)
     log(f"wrote {path}")

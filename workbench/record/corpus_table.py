@@ -40,6 +40,7 @@ class Row:
     kernels: int | None = None
     failure: str | None = None  # "stage: reason" where the workbench's path stopped
     mismatch: str | None = None  # why the workbench's outputs do not count as ONNX Runtime's
+    kernel_shares: list[tuple[str, float]] = field(default_factory=list)  # the workbench's kernels, largest first
 
     @property
     def status(self) -> Literal["ok", "mismatch", "failed"]:

@@ -16,10 +16,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from workbench.compile.schedule_sources import ScheduleSources
+from workbench.compile.targets import device_for
 from workbench.config import Experiment
 from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import one_line
 from workbench.measure.factory import Bench, runner_for
+from workbench.measure.profile import tvm_profile
 from workbench.measure.timing import interleaved_medians
 from workbench.models.accuracy import compare, runs_bf16
 from workbench.record.corpus_table import Row
@@ -61,11 +63,12 @@ def errors_text(accuracy: dict) -> str:
 
 
 def bench(experiment: Experiment, baselines: list[str], work_dir: Path, repeat: int, rounds: int,
-          log: Callable[[str], None] = print, sources: ScheduleSources | None = None) -> Row:
+          log: Callable[[str], None] = print, sources: ScheduleSources | None = None, profile_runs: int = 0) -> Row:
     """Build the experiment's model with its pipeline (untuned, or with `sources`' schedules), run it next to
     `baselines` (of config/baselines.py's SIDE_BY_SIDE) on the same seeded inputs, check it against ort_none within
     the experiment's tolerance (bf16's for a bf16 pipeline: models/accuracy.py), and time every label that runs.
-    Never raises for a model's failure: the row carries it."""
+    With `profile_runs`, the workbench build's kernels are then timed one by one over that many inferences (each
+    kernel's share of the time in `row.kernel_shares`). Never raises for a model's failure: the row carries it."""
     tolerance = experiment.accuracy
     bf16 = runs_bf16(WORKBENCH_LABEL, experiment.pipeline)  # held to bf16's tolerance, not the entry's
     row, stage = Row(experiment.name, tolerance.rtol, tolerance.atol), _Stages(experiment.name, log)
@@ -101,6 +104,10 @@ def bench(experiment: Experiment, baselines: list[str], work_dir: Path, repeat: 
                 row.unavailable[label] = str(exc).removeprefix(f"{label}: ")
         with stage("timing", f"{len(runners)} labels, {rounds} rounds of {repeat} runs"):
             row.medians_ms = interleaved_medians(runners, repeat, rounds)
+        if profile_runs:
+            with stage("profile", f"{profile_runs} runs"):
+                kernels = tvm_profile(built.executable, inputs, device_for(target), 3, profile_runs).kernels
+                row.kernel_shares = [(kernel.name, kernel.share) for kernel in kernels]
     except StageFailed as exc:
         row.failure = str(exc)
     return row
