@@ -140,7 +140,8 @@ def _cells(flops: int, moved: int, ms: float | None, peak: float | None) -> list
 
 
 PROFILE_RUNS = 20  # inferences over which each case's kernels are timed one by one
-SHOWN_KERNELS = 3
+SHOWN_KERNELS = 3  # the workbench kernels named per case, largest first
+_KEPT_NUMBERS = re.compile(r"(b?f|b?float|u?int|[ui]|avx|sse)\d+|u8s8|\d+")  # name tokens whose digits are not TVM's
 
 
 def kernel_text(shares: list[tuple[str, float]]) -> str:
@@ -151,11 +152,13 @@ def kernel_text(shares: list[tuple[str, float]]) -> str:
 
 
 def _op_names(kernel: str) -> str:
-    """A kernel's name without `fused_` and the numbers TVM appends to each op (`add18`), dtypes kept (`f32`)."""
+    """A kernel's name without `fused_` and the numbers TVM appends to each op (`add18`); dtypes and instruction sets
+    kept (`f32`, `u8s8`, `avx2`)."""
     if kernel == VM_BUILTINS:
         return "VM builtins"
     tokens = kernel.removeprefix("fused_").split("_")
-    return "_".join(t if re.fullmatch(r"(b?f|u?int|[ui])\d+", t) else re.sub(r"\d+$", "", t) for t in tokens)
+    return "_".join(t if _KEPT_NUMBERS.fullmatch(t) else re.sub(r"\d+$", "", t) for t in tokens)
+
 
 
 def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, out: Path = RESULTS,

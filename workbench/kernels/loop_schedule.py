@@ -28,6 +28,7 @@ log = logging.getLogger("workbench.build")
 MIN_PARALLEL_ITERATIONS = 1 << 14  # below it a thread pool launch costs more than it buys
 MAX_WHOLE_VECTOR = 64  # an innermost loop this short, not a multiple of the vector width, is vectorized whole
 MIN_PARTIALS = 4  # fewer independent sums than this do not pay for a reduction's partials buffer
+MIN_HALF_STEP = 4  # a long loop is split by half a step's lanes only where that is still a vector this wide
 
 
 def _extent(sch: Schedule, loop) -> int | None:
@@ -44,13 +45,17 @@ def vector_lanes(sch: Schedule, block, target: tvm.target.Target) -> int:
 
 
 def step_lanes(extent: int, lanes: int) -> int | None:
-    """The lanes a loop of `extent`, longer than `lanes`, is split by: `lanes` where they divide it, else half of them
-    (one AVX2 register) where that divides it and is at least MIN_PARTIALS, else None. A row of 200 channels left to LLVM's own
-    vectorizer got its max pool's running maximum stored with `vmaskmovps`, which Zen 1-3 run microcoded (LLVM 22
-    folds a store of a select of the loaded value into a masked store: llvm-project issue 213195)."""
+    """The lanes a loop of `extent`, longer than `lanes`, is split by: `lanes` where they divide it; else, where the
+    loop is too long to be one vector, half of them (one AVX2 register) where that divides it and is at least
+    MIN_HALF_STEP; else None. A row of 200 channels left to LLVM's own vectorizer got its max pool's running
+    maximum stored with `vmaskmovps`, which Zen 1-3 run microcoded (LLVM 22 folds a store of a select of the
+    loaded value into a masked store: llvm-project issue 213195)."""
     if extent <= lanes:  # one vector
         return None
-    return next((width for width in (lanes, lanes // 2) if width >= MIN_PARTIALS and extent % width == 0), None)
+    if extent % lanes == 0:
+        return lanes
+    half = lanes // 2
+    return half if extent > MAX_WHOLE_VECTOR and half >= MIN_HALF_STEP and extent % half == 0 else None
 
 
 def vectorize_loop(sch: Schedule, loop, lanes: int) -> None:

@@ -7,9 +7,10 @@ reduction one scalar chain: a float sum waits for the previous add (several cycl
 row is read at one element per add. Here each reduction over a contiguous innermost axis is split by rfactor into one partial per vector lane
 (or per the largest divisor of the row up to that), vectorized and accumulated across the row, and a short sum of
 the partials, so the row is read at vector speed (`workbench bench ops` times softmax and layer norm against
-ONNX Runtime). Then, as in dlight's rule: the leading spatial axes every
-block shares are fused into the row loop (parallel when the kernel is big enough), every block but the last is
-computed under it, and elementwise blocks are vectorized along the row.
+ONNX Runtime). An elementwise block feeding one elementwise block of as many elements is inlined into it first
+(softmax's `x - max` into its exp: see `_inline_elementwise_chains`). Then, as in dlight's rule: the leading
+spatial axes every block shares are fused into the row loop (parallel when the kernel is big enough), every block
+but the last is computed under it, and elementwise blocks are vectorized along the row.
 
 A kernel fits when, in TVM's normal form, it has two or more blocks, the last elementwise, at least one
 reduction, every block starts with the same spatial axes (and the last has more), and every reduction reads along
@@ -75,23 +76,32 @@ def _is_elementwise(sch: Schedule, block) -> bool:
     return all(int(iv.iter_type) == tvm.tirx.IterVar.DataPar for iv in sch.get(block).iter_vars)
 
 
-def _elements(sch: Schedule, block) -> int:
+def _elements(sch: Schedule, block) -> int | None:
+    """How many elements the block computes (None where a shape is symbolic)."""
     total = 1
     for iv in sch.get(block).iter_vars:
+        if not isinstance(iv.dom.extent, tvm.tirx.IntImm):
+            return None
         total *= int(iv.dom.extent)
     return total
 
 
 def _inline_elementwise_chains(sch: Schedule) -> None:
     """Inline each elementwise block into its one consumer where that is elementwise over as many elements
-    (softmax's `x - max` into its exp): TVM then writes the exp over its input in place, and LLVM turns the
-    in-place `max(exp, x)` of TOPI's fast exp into a masked store, which Zen 2/3 run microcoded: softmax
-    1.6 ms, ONNX Runtime 0.4 (znver3, `workbench bench ops`). A per-row value (`1 / sum`) stays a block."""
+    (softmax's `x - max` into its exp); otherwise TVM writes the exp over its input in place, and LLVM 22 turns the
+    in-place `max(exp, x)` of TOPI's fast exp into a masked store, which Zen 1-3 run microcoded: softmax 1.6 ms,
+    ONNX Runtime 0.4 (znver3, `workbench bench ops`). A per-row value (`1 / sum`) stays a block, as does a block
+    that cannot be inlined (its buffer an output of the kernel)."""
     for block in sch.get_child_blocks(sch.get_sblock("root"))[:-1]:
         consumers = sch.get_consumers(block)
-        if _is_elementwise(sch, block) and len(consumers) == 1 and _is_elementwise(sch, consumers[0]) \
-                and _elements(sch, consumers[0]) == _elements(sch, block):
-            sch.compute_inline(block)
+        if not (_is_elementwise(sch, block) and len(consumers) == 1 and _is_elementwise(sch, consumers[0])):
+            continue
+        elements = _elements(sch, block)
+        if elements is not None and _elements(sch, consumers[0]) == elements:
+            try:
+                sch.compute_inline(block)
+            except ScheduleError:
+                continue
 
 
 def _schedule(sch: Schedule, infos: list[SBlockInfo], shared: int, target: tvm.target.Target) -> None:

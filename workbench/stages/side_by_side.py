@@ -9,12 +9,18 @@ timed in interleaved rounds (`interleaved_medians`), so a load change on the mac
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+import tvm
+
+from workbench.compile.build import Built
 from workbench.compile.schedule_sources import ScheduleSources
 from workbench.compile.targets import device_for
 from workbench.config import Experiment
@@ -25,6 +31,8 @@ from workbench.measure.profile import tvm_profile
 from workbench.measure.timing import interleaved_medians
 from workbench.models.accuracy import compare, runs_bf16
 from workbench.record.corpus_table import Row
+from workbench.runtime.launcher import install as install_launcher
+from workbench.runtime.threads import target_threads
 from workbench.stages import build, optimize, prepare
 
 REFERENCE = "ort_none"
@@ -105,9 +113,28 @@ def bench(experiment: Experiment, baselines: list[str], work_dir: Path, repeat: 
         with stage("timing", f"{len(runners)} labels, {rounds} rounds of {repeat} runs"):
             row.medians_ms = interleaved_medians(runners, repeat, rounds)
         if profile_runs:
-            with stage("profile", f"{profile_runs} runs"):
-                kernels = tvm_profile(built.executable, inputs, device_for(target), 3, profile_runs).kernels
-                row.kernel_shares = [(kernel.name, kernel.share) for kernel in kernels]
+            row.kernel_shares = _kernel_shares(built, target, inputs, work_dir, profile_runs, log)
     except StageFailed as exc:
         row.failure = str(exc)
     return row
+
+
+def _kernel_shares(built: Built, target: tvm.target.Target, inputs: dict[str, np.ndarray], work_dir: Path, runs: int,
+                   log: Callable[[str], None]) -> list[tuple[str, float]]:
+    """Each kernel of the build and its share of the time, timed one by one over `runs` inferences as the timed
+    runner runs them (the exported library, the workbench's launcher); empty, logged, where profiling fails: the
+    row's timing stands. The library gets a name of its own: one loaded from a path already loaded in this process
+    (an earlier model's) would be that one again."""
+    handle, name = tempfile.mkstemp(prefix="profiled.", suffix=".so", dir=work_dir)
+    os.close(handle)
+    library = built.export(Path(name))
+    try:
+        module = tvm.runtime.load_module(str(library))
+        install_launcher(library, target_threads(target))
+        kernels = tvm_profile(module, inputs, device_for(target), 3, runs).kernels
+    except Exception as exc:  # noqa: BLE001 - TVM raises many types; the profile is an extra
+        log(f"profile: {one_line(exc)}")
+        return []
+    finally:
+        library.unlink()
+    return [(kernel.name, kernel.share) for kernel in kernels]
