@@ -92,7 +92,7 @@ def test_a_record_fast_alone_but_slow_in_the_model_is_dropped_and_the_others_kep
 
 @pytest.mark.slow
 def test_a_minutes_budget_is_spent_on_several_kernels_and_the_table_says_where(tmp_path, capsys):
-    """0.6 minutes on convnet_small from an empty database: tuning goes on until the minutes are spent (not when
+    """A minute on convnet_small from an empty database: tuning goes on until the minutes are spent (not when
     per-task budgets are filled), more than one kernel is searched, each task's seconds are recorded and add up
     to no more than the minutes used, and the tuned build was checked against the one before."""
     config = yaml.safe_load(Path("configs/quickstart.yaml").read_text())
@@ -100,15 +100,17 @@ def test_a_minutes_budget_is_spent_on_several_kernels_and_the_table_says_where(t
                                                            "cost_model": "random"})
     path = tmp_path / "tune.yaml"
     path.write_text(yaml.safe_dump(config))
-    # 0.6: a round of 8 trials takes 11-14 s here, so 0.4 minutes less the check's reserve ended after one round
-    # in some runs
-    assert main(["tune", str(path), "--minutes", "0.6"]) == 0
+    # a round of 8 trials takes 11-14 s on znver4: 0.4 minutes less the check's reserve ended after one round in
+    # some runs, and 0.6 once ended on a znver3 with one kernel searched (compile/gain.py gives the hottest kernel
+    # the next round while its rounds keep winning a large share of its time); a minute leaves more rounds
+    minutes = 1.0
+    assert main(["tune", str(path), "--minutes", str(minutes)]) == 0
     record = json.loads((tmp_path / "run" / "tuning.json").read_text())
     # the search went on until the budget less what the check of the tuned build keeps back, a minority of it, was
     # spent (minutes_used, the check included, is less where the check took less than its estimate: at 36 s a
     # few seconds; the 10-minute budgets of docs/results/parity_znver4.md spent 9.9-10.1 minutes)
-    assert record["stopped"] == "minutes" and 0 < record["reserve_s"] < 0.5 * 0.6 * 60
-    assert record["minutes_searched"] * 60 >= 0.6 * 60 - record["reserve_s"] - 0.01
+    assert record["stopped"] == "minutes" and 0 < record["reserve_s"] < 0.5 * minutes * 60
+    assert record["minutes_searched"] * 60 >= minutes * 60 - record["reserve_s"] - 0.01
     assert record["minutes_used"] >= record["minutes_searched"]
     searched = [task for task in record["tasks"] if task["trials_run"] > 2]  # more than its seeds
     assert len(searched) >= 2
