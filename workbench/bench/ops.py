@@ -160,7 +160,6 @@ def _op_names(kernel: str) -> str:
     return "_".join(t if _KEPT_NUMBERS.fullmatch(t) else re.sub(r"\d+$", "", t) for t in tokens)
 
 
-
 def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, out: Path = RESULTS,
             log: Callable[[str], None] = flushed, load: int = 0) -> Path:
     """Every op case (or those named in `only`) beside ONNX Runtime and OpenVINO, timed beside `load` busy processes
