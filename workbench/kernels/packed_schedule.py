@@ -20,7 +20,7 @@ import tvm
 from tvm.s_tir import Schedule, ScheduleError
 from tvm.target.codegen import target_has_features
 
-from workbench.kernels.loop_schedule import largest_divisor
+from workbench.kernels.loop_schedule import largest_divisor, vectorize_loop
 from workbench.kernels.packed_conv import (
     AVX2_U8S8,
     BF16,
@@ -28,6 +28,7 @@ from workbench.kernels.packed_conv import (
     FP32,
     KERNEL_MARK,
     LANES,
+    PAD_MARK,
     VNNI_U8S8,
     PackedKind,
 )
@@ -81,11 +82,19 @@ def _vectorize_epilogue(sch: Schedule, block, loop) -> None:
     sch.vectorize(loop)
 
 
+def _pad_per_task(sch: Schedule, pad, task, lanes: int) -> None:
+    """Compute the kernel's padding stage (packed_conv.py: `PAD_MARK`) where each parallel task starts: the rows
+    its output row reads, all their columns, the channels its channel block reads (all of them, for a conv that
+    sums them), into a buffer of the task's own that stays in cache; its channel loop vectorized."""
+    sch.compute_at(pad, task)
+    vectorize_loop(sch, sch.get_loops(pad)[-1], lanes)
+
+
 def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) -> None:
     """Apply the fixed schedule to the packed conv (and its fused epilogue) in `sch`'s main function. With fewer
     vector `lanes` than the block's 16 channels (AVX2), the channels are split into vectors of `lanes` explicitly:
     left to LLVM, the 16-wide fp32 block became one ymm and the other half rebuilt with shuffles each step."""
-    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
     conv = next(b for b in blocks if sch.get(b).annotations.get(KERNEL_MARK) == kind.name)
     # without an epilogue the sums would be the output buffer itself, a parameter LLVM does not keep in registers
     # across the reduction: a write-back block gives them a buffer of their own, kept in registers
@@ -97,9 +106,9 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
     col_outer, col_inner = sch.split(col, [None, step])
     grouped = []  # several channel blocks a step where a short row leaves too few sums to hide the FMA latency
     if kind in (FP32, BF16) and lanes == LANES and 2 * step <= pixels:
-        blocks = largest_divisor(int(sch.get(channel_block).extent), widest // step)
-        if blocks > 1:
-            channel_block, block_group = sch.split(channel_block, [None, blocks])
+        group = largest_divisor(int(sch.get(channel_block).extent), widest // step)
+        if group > 1:
+            channel_block, block_group = sch.split(channel_block, [None, group])
             grouped = [block_group]
     if kind.dot is None and lanes < LANES:  # an integer kind's intrinsic takes all 16 channels at once
         vectors, channel = sch.split(channel, [None, lanes])
@@ -112,6 +121,8 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
             sch.vectorize(channel)
     parallel = sch.fuse(batch, row, channel_block)
     sch.parallel(parallel)
+    for pad in (b for b in blocks if PAD_MARK in sch.get(b).annotations):
+        _pad_per_task(sch, pad, parallel, lanes)
     if kind.dot_ir is not None:  # the intrinsic's implementation calls this IR: linked into the kernel's module
         sch.annotate(parallel, IMPORT_ANNOTATION, kind.dot_ir)
     for block in epilogue[:-1]:  # elementwise: scale, bias, activation, requantization
