@@ -176,12 +176,24 @@ def emit_conv2d(builder: relax.BlockBuilder, kind: PackedKind, x: relax.Expr, w_
     """sum(x * w) in the kind's accumulator type, NHWC, for NHWC `x` (padded with `zero` inside the kernel) and an
     OHWI weight ([C, KH, KW, 1] for a depthwise kind).
 
-    Returns the kernel's call, unbound (for the caller's binding), or the bound call's slice to O channels."""
+    The kernel's schedule blocks output pixels along W, so a one-pixel-wide image with a one-wide window (a Conv1d
+    along H: Magika's [N, 512, 1, C] 5x1 conv) runs transposed, as one row (a free reshape in NHWC): at width one
+    each step would compute one pixel and reuse no weight load (`workbench bench ops`' conv5x1_one_column row).
+
+    Returns an unbound expression for the caller's binding: the kernel's call, or its slice to O channels, or the
+    reshape of a row back to a column."""
+    n, height, width, channels = (int(v) for v in x.ty.shape.values)
+    top, left, bottom, right = (int(p) for p in padding)
+    if width == 1 and height > 1 and w_ohwi.shape[2] == 1 and left == right == 0:
+        row = builder.emit(relax.op.reshape(x, [n, 1, height, channels]))
+        out = builder.emit(emit_conv2d(builder, kind, row, w_ohwi.transpose(0, 2, 1, 3), (1, int(strides[0])),
+                                       (0, top, 0, bottom), (1, int(dilation[0])), zero))
+        return relax.op.reshape(out, [n, int(out.ty.shape[2]), 1, int(out.ty.shape[3])])
     out_channels = w_ohwi.shape[0]
     packed = pack_weight(w_ohwi, kind.group)
-    data_shape = tuple(int(v) for v in x.ty.shape.values)
-    kernel, out_shape = conv2d_kernel(kind, data_shape, packed.shape, tuple(int(s) for s in strides),
-                                      tuple(int(d) for d in dilation), tuple(int(p) for p in padding), zero)
+    kernel, out_shape = conv2d_kernel(kind, (n, height, width, channels), packed.shape,
+                                      tuple(int(s) for s in strides), tuple(int(d) for d in dilation),
+                                      (top, left, bottom, right), zero)
     acc = relax.call_tir(builder.add_func(kernel, kind.name), [x, relax.const(packed)],
                          relax.TensorType(out_shape, kind.acc))
     if out_shape[3] == out_channels:

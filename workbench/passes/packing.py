@@ -47,12 +47,6 @@ def _why_not(call: relax.Call) -> str | None:
     return float32_constant_weight(call)
 
 
-def _one_column(x: relax.Expr, padding, w_ohwi) -> bool:
-    """A conv over a one-pixel-wide image with a one-wide window (Magika's [N, 2048, 1, C] 5x1 conv)."""
-    width = int(x.ty.shape[2])
-    return width == 1 and w_ohwi.shape[2] == 1 and int(padding[1]) == int(padding[3]) == 0
-
-
 def _grouped(builder: relax.BlockBuilder, x: relax.Expr, attrs, w_ohwi) -> relax.Expr:
     """A grouped conv that is not depthwise (ResNeXt, ShuffleNet) as one packed conv per group on its slice of the
     input channels, concatenated: relax's grouped conv2d has no default schedule and runs as plain loops."""
@@ -67,23 +61,13 @@ def _grouped(builder: relax.BlockBuilder, x: relax.Expr, attrs, w_ohwi) -> relax
 
 
 def _packed_nhwc(builder: relax.BlockBuilder, call: relax.Call, x: relax.Expr) -> relax.Expr:
-    """The packed kernel's call on NHWC `x`. The kernel's schedule blocks output pixels along W, so a one-pixel-wide
-    image runs transposed, as one row (a free reshape in NHWC): at width one each step would compute one pixel and
-    reuse no weight load (`workbench bench ops`' conv5x1_one_column row times Magika's conv)."""
+    """The packed kernel's call on NHWC `x`."""
     a = call.attrs
     w_ohwi = to_ohwi(call.args[1].value.numpy(), str(a.kernel_layout))
-    n, height, _, channels = (int(d) for d in x.ty.shape)
-    kind = DEPTHWISE_FP32 if _depthwise(int(a.groups), channels, w_ohwi) else FP32
+    kind = DEPTHWISE_FP32 if _depthwise(int(a.groups), int(x.ty.shape[3]), w_ohwi) else FP32
     if int(a.groups) > 1 and kind == FP32:
         return _grouped(builder, x, a, w_ohwi)
-    if not _one_column(x, a.padding, w_ohwi):
-        return emit_conv2d(builder, kind, x, w_ohwi, a.strides, a.padding, a.dilation)
-    row = builder.emit(relax.op.reshape(x, [n, 1, height, channels]))
-    top, _, bottom, _ = (int(p) for p in a.padding)
-    out = builder.emit(emit_conv2d(builder, kind, row, w_ohwi.transpose(0, 2, 1, 3), (1, int(a.strides[0])),
-                                   (0, top, 0, bottom), (1, int(a.dilation[0]))))
-    out_height = int(out.ty.shape[2])
-    return relax.op.reshape(out, [n, out_height, 1, int(out.ty.shape[3])])
+    return emit_conv2d(builder, kind, x, w_ohwi, a.strides, a.padding, a.dilation)
 
 
 class _Packer:
