@@ -172,15 +172,17 @@ def test_an_epilogue_past_the_real_channels_stays_vectorized(llvm, out_channels,
                                rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("kind, shape, out_channels, kernel, strides, padding", [
-    (FP32, (1, 9, 11, 5), 7, (3, 3), (1, 1), (1, 2, 0, 1)),  # asymmetric padding, odd everything
-    (FP32, (1, 10, 10, 8), 16, (3, 3), (2, 2), (1, 1, 1, 1)),  # strided
-    (DEPTHWISE_FP32, (1, 9, 13, 20), 20, (5, 5), (1, 1), (2, 2, 2, 2)),  # channels filled up to 32
+@pytest.mark.parametrize("kind, shape, out_channels, kernel, strides, padding, tasks", [
+    (FP32, (1, 9, 11, 5), 7, (3, 3), (1, 1), (1, 2, 0, 1), 8),  # asymmetric padding, odd everything: 8 rows
+    (FP32, (1, 10, 10, 8), 16, (3, 3), (2, 2), (1, 1, 1, 1), 5),  # strided: 5 rows
+    (DEPTHWISE_FP32, (1, 9, 13, 20), 20, (5, 5), (1, 1), (2, 2, 2, 2), 18),  # channels filled up to 32: 9 rows x 2
+    (DEPTHWISE_FP32, (1, 24, 13, 40), 40, (3, 3), (1, 1), (1, 1, 1, 1), 18),  # 4 rows a task: 6 x 3 blocks
 ])
-def test_padding_is_a_stage_of_the_kernel(kind, shape, out_channels, kernel, strides, padding):
+def test_padding_is_a_stage_of_the_kernel(kind, shape, out_channels, kernel, strides, padding, tasks):
     """The conv's padding (and a depthwise conv's channels filled up to 16 lanes) is a stage of the packed kernel,
     computed per parallel task: as a kernel of its own it wrote a whole padded copy of the activation for the conv
-    to read back (PP-OCR's classifier 0.41 -> 0.34 ms without). No pad op is left in the graph; the outputs stay
+    to read back (PP-OCR's classifier 0.41 -> 0.34 ms without). A depthwise task computes up to 4 output rows, so
+    the rows it copies serve several, where that leaves 16 tasks. No pad op is left in the graph; the outputs stay
     numpy's."""
     from tvm import relax
 
@@ -201,6 +203,7 @@ def test_padding_is_a_stage_of_the_kernel(kind, shape, out_channels, kernel, str
     host = make_target(TargetConfig())
     scheduled = packed_schedule(kernel_func, kind, host).mod["main"].script()
     assert scheduled.index("T.parallel") < scheduled.index('T.sblock("pad")') < scheduled.index('T.sblock("conv')
+    assert f"T.parallel(T.int64({tasks})" in scheduled
     data = rng.standard_normal(shape).astype("float32")
     got = tvm_runner("t", build_lowered(bb.get(), host), {"x": data}, host).infer()[0]
     top, left, bottom, right = padding
