@@ -180,6 +180,9 @@ def emit_conv2d(builder: relax.BlockBuilder, kind: PackedKind, x: relax.Expr, w_
     along H: Magika's [N, 512, 1, C] 5x1 conv) runs transposed, as one row (a free reshape in NHWC): at width one
     each step would compute one pixel and reuse no weight load (`workbench bench ops`' conv5x1_one_column row).
 
+    The padding is a stage of the kernel (`_padded_data`), but for data of fewer channels than a vector, padded by
+    a pad op before it.
+
     Returns an unbound expression for the caller's binding: the kernel's call, or its slice to O channels, or the
     reshape of a row back to a column."""
     n, height, width, channels = (int(v) for v in x.ty.shape.values)
@@ -189,6 +192,13 @@ def emit_conv2d(builder: relax.BlockBuilder, kind: PackedKind, x: relax.Expr, w_
         out = builder.emit(emit_conv2d(builder, kind, row, w_ohwi.transpose(0, 2, 1, 3), (1, int(strides[0])),
                                        (0, top, 0, bottom), (1, int(dilation[0])), zero))
         return relax.op.reshape(out, [n, int(out.ty.shape[2]), 1, int(out.ty.shape[3])])
+    if channels < LANES and not kind.depthwise and (top or left or bottom or right or channels % kind.group):
+        # a few channels (the first conv, on pixels): inside the kernel each task would copy its rows channel by
+        # channel, for every channel block (AlexNet's 11x11 stem 0.61 -> 0.75 ms); a pad op writes them once
+        x = builder.emit(relax.op.nn.pad(x, [0, 0, top, bottom, left, right, 0, -channels % kind.group],
+                                         pad_value=zero))
+        n, height, width, channels = (int(v) for v in x.ty.shape.values)
+        top = left = bottom = right = 0
     out_channels = w_ohwi.shape[0]
     packed = pack_weight(w_ohwi, kind.group)
     kernel, out_shape = conv2d_kernel(kind, (n, height, width, channels), packed.shape,
