@@ -18,7 +18,8 @@ One kernel, several kinds (`PackedKind`):
   layout ONNX Runtime's MLAS uses).
 
     data    NHWC; its spatial padding (the zero point) and its input channels filled up to a multiple of the group
-            are a stage of the kernel, computed per parallel task into a buffer that stays in cache
+            are a stage of the kernel, computed per parallel task into a buffer that stays in cache (data of
+            fewer channels than a vector: a pad op before the kernel)
     weight  a constant packed once, [O/16, KH, KW, C/group, 16, group] (O padded to 16 with zero weights)
     out     NHWC [N, OH, OW, O rounded up to 16], channels past O sliced off
 

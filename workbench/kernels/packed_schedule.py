@@ -86,7 +86,7 @@ def _vectorize_epilogue(sch: Schedule, block, loop) -> None:
 
 def _pad_per_task(sch: Schedule, pad, task, lanes: int) -> None:
     """Compute the kernel's padding stage (packed_conv.py: `PAD_MARK`) where each parallel task starts: the rows
-    its output row reads, all their columns, the channels its channel block reads (all of them, for a conv that
+    its output rows read, all their columns, the channels its channel block reads (all of them, for a conv that
     sums them), into a buffer of the task's own that stays in cache; its channel loop vectorized."""
     sch.compute_at(pad, task)
     vectorize_loop(sch, sch.get_loops(pad)[-1], lanes)
