@@ -274,3 +274,19 @@ def test_keep_first_conv_and_ops_leave_those_in_fp32():
     analysis = next(r.analysis for r in records if r.name == "bf16")
     assert analysis["conv2d_bf16"] == 2 and analysis["conv2d_kept_fp32"] == ["the first conv (keep_first_conv)"]
     assert "matmul_bf16" not in analysis
+
+
+def test_min_products_keeps_the_narrow_convs_and_matmuls_fp32():
+    """`min_products: 256` keeps fp32 each conv or matmul summing fewer products per output, the analysis saying
+    why: in the model above the 3-channel 3x3 conv (27), the 20-channel 3x3 conv (180), the 1x1 conv on 40 channels
+    and the matmul on 24 (on the PP-OCR detectors such layers took bf16's cosine on a text page from 0.96-0.99 to
+    0.9999); at 100 the 3x3 conv on 20 channels is bf16 again."""
+    target = make_target(TargetConfig(mcpu="znver4"))
+    reason = "fewer than {} products per output (min_products)"
+    for minimum, convs_bf16 in ((256, 0), (100, 1)):
+        _, records = run_pipeline(_model(), parse_text(PIPELINE.replace("bf16,", f"bf16(min_products={minimum}),")),
+                                  target)
+        analysis = next(r.analysis for r in records if r.name == "bf16")
+        assert analysis["conv2d_bf16"] == convs_bf16
+        assert analysis["conv2d_kept_fp32"] == [reason.format(minimum)] * (3 - convs_bf16)
+        assert analysis["matmul_bf16"] == 0 and analysis["matmul_kept_fp32"] == [reason.format(minimum)]

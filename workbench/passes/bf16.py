@@ -42,6 +42,12 @@ class Bf16Params(BaseModel):
     keep_first_conv: bool = Field(
         default=False, description="the first conv (on the raw input: pixels, audio) stays fp32, where its "
                                    "rounding costs more accuracy than its time is worth")
+    min_products: int = Field(
+        default=0, ge=0,
+        description="a conv or matmul summing fewer products per output (input channels x kernel height x width; "
+                    "a matmul's inner dimension) stays fp32: the narrow early layers of a mobile backbone, where "
+                    "bf16's rounding costs a detector most of its accuracy (docs/precision.md: 128 or 256 for "
+                    "the PP-OCR detectors, at 4-45% of bf16's speed on other models)")
 
 
 def _bf16(array: np.ndarray) -> np.ndarray:
@@ -49,12 +55,16 @@ def _bf16(array: np.ndarray) -> np.ndarray:
     return array.astype(ml_dtypes.bfloat16)
 
 
-class _ConvRule:
-    """Which conv2d calls the pass takes (`why_not`) and their rewrite (`__call__`); the first conv kept where
-    asked."""
+def _too_few_products(products: int, minimum: int) -> str | None:
+    return f"fewer than {minimum} products per output (min_products)" if products < minimum else None
 
-    def __init__(self, keep_first: bool) -> None:
-        self.keep_first, self.first = keep_first, None
+
+class _ConvRule:
+    """Which conv2d calls the pass takes (`why_not`) and their rewrite (`__call__`); the first conv and the
+    narrow ones (`min_products`) kept where asked."""
+
+    def __init__(self, keep_first: bool, min_products: int) -> None:
+        self.keep_first, self.first, self.min_products = keep_first, None, min_products
 
     def why_not(self, call: relax.Call) -> str | None:
         a = call.attrs
@@ -65,7 +75,12 @@ class _ConvRule:
             return f"layout {a.data_layout} (needs NHWC: run convert_layout(conv2d=NHWC) before bf16)"
         if int(a.groups) != 1:
             return f"grouped ({int(a.groups)} groups): kept fp32 (a depthwise conv has no channel sum to pair)"
-        return float32_constant_weight(call)
+        not_constant = float32_constant_weight(call)
+        if not_constant:
+            return not_constant
+        weight = call.args[1].ty.shape  # a constant's: static
+        products = int(np.prod([int(d) for d, axis in zip(weight, str(a.kernel_layout)) if axis != "O"]))
+        return _too_few_products(products, self.min_products)
 
     def __call__(self, builder: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         a = call.attrs
@@ -98,12 +113,13 @@ def bf16(params: Bf16Params) -> tvm.transform.Pass:
         require_bf16(tvm.target.Target.current(allow_none=True))
         figures: dict[str, object] = {}
         if "conv2d" in params.ops:
-            rule = _ConvRule(params.keep_first_conv)
+            rule = _ConvRule(params.keep_first_conv, params.min_products)
             mod, figures["conv2d_bf16"], figures["conv2d_kept_fp32"] = rewrite_calls(
                 mod, "relax.nn.conv2d", rule.why_not, rule)
         if "matmul" in params.ops:
             mod, figures["matmul_bf16"], figures["matmul_kept_fp32"] = rewrite_calls(
-                mod, "relax.matmul", lambda call: float32_constant_weight(call, rank=2), _matmul)
+                mod, "relax.matmul", lambda call: float32_constant_weight(call, rank=2) or _too_few_products(
+                    int(call.args[1].ty.shape[0]), params.min_products), _matmul)
         report_analysis(**figures)
         return relax.transform.DeadCodeElimination()(mod)
 
