@@ -3,7 +3,7 @@ a results page with GB/s for every op and GFLOP/s where it multiplies."""
 
 import pytest
 
-from workbench.bench.ops import CASES, bytes_moved
+from workbench.bench.ops import CASES, bytes_moved, layout_share
 from workbench.cli import main
 
 pytest.importorskip("openvino", reason="OpenVINO is an optional extra: pip install -e '.[openvino]'")
@@ -25,7 +25,17 @@ def test_the_page_has_every_peer_and_a_row_per_case(tmp_path):
     assert float(rows["fc_batch1"][9]) > 0  # the workbench's GB/s
 
     # where the workbench's time goes: the NCHW one-node model's depthwise conv between the layout changes
-    kernels = rows["depthwise3x3"][-2]
+    kernels = rows["depthwise3x3"][-3]
     assert "dwconv2d_nhwc_f32_packed" in kernels and "transpose" in kernels
     shares = [int(part.rsplit(" ", 1)[1].rstrip("%")) for part in kernels.split(", ")]
     assert len(shares) == 3 and 50 <= sum(shares) <= 101 and shares == sorted(shares, reverse=True)
+    # and the peer's time over the workbench's without them: larger than the plain ratio, the layout share stated
+    ratio, layout = rows["depthwise3x3"][-2].split(" (")
+    assert float(ratio) > float(rows["depthwise3x3"][6]) and 0 < int(layout.split("%")[0]) < 100
+    assert rows["fc_batch1"][-2] == "—"  # no layout change around a fully connected layer
+
+
+def test_layout_share_counts_the_kernels_that_only_change_the_layout():
+    shares = [("fused_transpose_pad", 0.4), ("fused_dwconv2d_nhwc_f32_packed_add", 0.25), ("transpose1", 0.2),
+              ("fused_concatenate_add_transpose", 0.1), ("fused_reshape3_add7", 0.05)]
+    assert layout_share(shares) == pytest.approx(0.6)  # the concatenation is a grouped conv's own work

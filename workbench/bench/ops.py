@@ -151,6 +151,25 @@ def kernel_text(shares: list[tuple[str, float]]) -> str:
     return ", ".join(f"{_op_names(name)[:40]} {100 * share:.0f}%" for name, share in shares[:SHOWN_KERNELS]) or "—"
 
 
+# op names that make a kernel the op's own work (a grouped conv's concatenation of its groups included)
+_OP_WORK = re.compile(r"conv|pool|matmul|dense|softmax|norm|mean|sum|max|concatenate")
+
+
+def layout_share(shares: list[tuple[str, float]]) -> float:
+    """The share of the workbench's time in kernels that only change the layout (a transpose, fused with a pad or
+    reshape, and no compute op): what a one-node NCHW model pays around the op, a real model once per layout change."""
+    return sum(share for name, share in shares
+               if "transpose" in _op_names(name) and not _OP_WORK.search(_op_names(name)))
+
+
+def without_layout_text(fastest: float | None, ours: float | None, shares: list[tuple[str, float]]) -> str:
+    """The fastest peer's time over the workbench's with its layout changes taken out ("—" where it has none)."""
+    share = layout_share(shares)
+    if not fastest or not ours or share <= 0 or share >= 1:
+        return "—"
+    return f"{fastest / (ours * (1 - share)):.2f} ({100 * share:.0f}% layout)"
+
+
 def _op_names(kernel: str) -> str:
     """A kernel's name without `fused_` and the numbers TVM appends to each op (`add18`); dtypes and instruction sets
     kept (`f32`, `u8s8`, `avx2`)."""
@@ -185,6 +204,7 @@ def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, ou
                          *(number_text(ms, ".3f") for ms in peers.values()),
                          f"{fastest / ours:.2f}" if ours and fastest else "—", *_cells(flops, moved, ours, peak),
                          *_cells(flops, moved, fastest, peak), kernel_text(row.kernel_shares),
+                         without_layout_text(fastest, ours, row.kernel_shares),
                          row.status + (f": {row.reason}" if row.reason else "")])
             log(" | ".join(rows[-1]))
     machine = Machine(target_key(target), target_threads(target))
@@ -197,13 +217,18 @@ def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, ou
                 f"- *workbench's time by kernel*: its {SHOWN_KERNELS} largest kernels, each timed alone over "
                 f"{PROFILE_RUNS} inferences after the timing (`workbench profile`'s instrument), with their share; a "
                 "one-node NCHW model pays the changes to NHWC and back around the op (`transpose`) and its pad on "
-                "every call, where a real model changes layout once")
+                "every call, where a real model changes layout once\n"
+                "- *without layout changes*: the fastest peer's time over the workbench's with the share of its "
+                "layout-only kernels (a transpose, fused with a pad or reshape, no compute op) taken out: where it "
+                "is ≥ 1 and the plain ratio is not, the layout changes a one-node model pays hold the gap; where it "
+                "stays < 1, the op's own kernels do")
     if peak:
         protocol += (f"\n- peak: {peak:.0f} GFLOP/s fp32 (cores × 2 FMA units × vector lanes × 2 × /proc/cpuinfo's "
                      "nominal clock): an estimate that turbo exceeds")
     header = ("op", "seen in", "input", "workbench ms", *(f"{label} ms" for label in PEERS),
               "fastest peer/workbench", "workbench GFLOP/s", "% of peak", "workbench GB/s", "peer GFLOP/s",
-              "peer % of peak", "peer GB/s", "workbench's time by kernel", "status")
+              "peer % of peak", "peer GB/s", "workbench's time by kernel", "peer/workbench without layout changes",
+              "status")
     path = write_results_page(out, f"ops_{host_cpu()}{load_suffix(load)}", "Op classes, untuned", machine, protocol,
                               header, rows)
     log(f"wrote {path}")
