@@ -47,7 +47,7 @@ class Bf16Params(BaseModel):
         description="a conv or matmul summing fewer products per output (input channels x kernel height x width; "
                     "a matmul's inner dimension) stays fp32: the narrow early layers of a mobile backbone, where "
                     "bf16's rounding costs a detector most of its accuracy (docs/precision.md: 128 or 256 for "
-                    "the PP-OCR detectors, at 4-45% of bf16's speed on other models)")
+                    "the PP-OCR detectors, for 4-45% more time on other models)")
 
 
 def _bf16(array: np.ndarray) -> np.ndarray:
