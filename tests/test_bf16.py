@@ -276,17 +276,19 @@ def test_keep_first_conv_and_ops_leave_those_in_fp32():
     assert "matmul_bf16" not in analysis
 
 
-def test_min_products_keeps_the_narrow_convs_and_matmuls_fp32():
-    """`min_products: 256` keeps fp32 each conv or matmul summing fewer products per output, the analysis saying
-    why: in the model above the 3-channel 3x3 conv (27), the 20-channel 3x3 conv (180), the 1x1 conv on 40 channels
-    and the matmul on 24 (on the PP-OCR detectors such layers took bf16's cosine on a text page from 0.96-0.99 to
-    0.9999); at 100 the 3x3 conv on 20 channels is bf16 again."""
+def test_narrow_layers_at_high_resolution_stay_fp32():
+    """A conv or matmul summing fewer than `fp32_below_products` products per output and writing at least
+    `fp32_from_positions` positions stays fp32, the analysis saying why: the model above writes 12 x 15 = 180 pixels
+    per conv (3-channel 3x3: 27 products, 20-channel 3x3: 180, 1x1 on 40 channels: 40) and one row from its matmul
+    (on 24). On the PP-OCR detectors such layers (their stems) took bf16's cosine on a text page from 0.96-0.99 to
+    0.9997-0.9999."""
     target = make_target(TargetConfig(mcpu="znver4"))
-    reason = "fewer than {} products per output (min_products)"
-    for minimum, convs_bf16 in ((256, 0), (100, 1)):
-        _, records = run_pipeline(_model(), parse_text(PIPELINE.replace("bf16,", f"bf16(min_products={minimum}),")),
-                                  target)
+    for below, positions, convs_kept, matmul_kept in ((256, 100, 3, 0), (100, 100, 2, 0), (256, 181, 0, 0),
+                                                      (256, 1, 3, 1), (0, 1, 0, 0)):
+        step = f"bf16(fp32_below_products={below},fp32_from_positions={positions}),"
+        _, records = run_pipeline(_model(), parse_text(PIPELINE.replace("bf16,", step)), target)
         analysis = next(r.analysis for r in records if r.name == "bf16")
-        assert analysis["conv2d_bf16"] == convs_bf16
-        assert analysis["conv2d_kept_fp32"] == [reason.format(minimum)] * (3 - convs_bf16)
-        assert analysis["matmul_bf16"] == 0 and analysis["matmul_kept_fp32"] == [reason.format(minimum)]
+        reason = f"fewer than {below} products per output at {positions}+ positions (fp32_below_products)"
+        assert analysis["conv2d_bf16"] == 3 - convs_kept and analysis["conv2d_kept_fp32"] == [reason] * convs_kept
+        assert analysis["matmul_bf16"] == 1 - matmul_kept
+        assert analysis["matmul_kept_fp32"] == [reason] * matmul_kept

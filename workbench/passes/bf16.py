@@ -5,10 +5,12 @@ becomes the packed kernel's `BF16` kind (kernels/packed_conv.py): the weight rou
 activation rounded to bf16 at the kernel's input (an `astype` that `fuse` puts into the producer's epilogue where
 it can), pairs of bf16 products summed into fp32 lanes by `vdpbf16ps` (kernels/x86_bf16.py), and the sums, the
 epilogue (bias, activation) and every other op (softmax, layer norm, pools, the graph's outputs) in fp32. That is
-what OpenVINO runs by default on such CPUs, and what PyTorch's autocast does on them.
+what OpenVINO runs by default on such CPUs, and what PyTorch's autocast does on them. The narrow layers at high
+resolution stay fp32 too (`fp32_below_products`, `fp32_from_positions`): in a mobile backbone's early layers bf16's
+rounding cost the PP-OCR detectors their accuracy (docs/precision.md measured where).
 
 Run it after `convert_layout(conv2d=NHWC)` and `fold_constant` (it needs NHWC convs and constant weights) and before
-`pack_conv2d`, which packs the convs it kept in fp32 (grouped and depthwise convs, NCHW convs, `keep_first_conv`);
+`pack_conv2d`, which packs the convs it kept in fp32 (grouped and depthwise convs, NCHW convs, the narrow ones);
 the named pipeline `default_bf16` is `default` so ordered. The convs and matmuls it kept, and why, are in its analysis.
 
 Where the target's CPU has no AVX512_BF16 the pass refuses (exit 2) naming the feature: without it every bf16 product
@@ -42,12 +44,15 @@ class Bf16Params(BaseModel):
     keep_first_conv: bool = Field(
         default=False, description="the first conv (on the raw input: pixels, audio) stays fp32, where its "
                                    "rounding costs more accuracy than its time is worth")
-    min_products: int = Field(
-        default=0, ge=0,
-        description="a conv or matmul summing fewer products per output (input channels x kernel height x width; "
-                    "a matmul's inner dimension) stays fp32: the narrow early layers of a mobile backbone, where "
-                    "bf16's rounding costs a detector most of its accuracy (docs/precision.md: 128 or 256 for "
-                    "the PP-OCR detectors, for 4-45% more time on other models)")
+    fp32_below_products: int = Field(
+        default=256, ge=0,
+        description="with fp32_from_positions: a conv or matmul summing fewer products per output (input channels "
+                    "x kernel height x width; a matmul's inner dimension) stays fp32; 0 keeps none")
+    fp32_from_positions: int = Field(
+        default=4096, ge=0,
+        description="... if it writes at least this many output positions (pixels; a matmul's rows): the narrow, "
+                    "high-resolution early layers of a mobile backbone, where bf16's rounding costs a detector its "
+                    "accuracy and which a recognizer's narrow layers, at low resolution, are not (precision.md)")
 
 
 def _bf16(array: np.ndarray) -> np.ndarray:
@@ -55,21 +60,26 @@ def _bf16(array: np.ndarray) -> np.ndarray:
     return array.astype(ml_dtypes.bfloat16)
 
 
-def _too_few_products(products: int, minimum: int) -> str | None:
-    return f"fewer than {minimum} products per output (min_products)" if products < minimum else None
+def _narrow_and_wide(call: relax.Call, products: int, params: Bf16Params) -> str | None:
+    """Why `call` stays fp32 as a narrow layer at high resolution (see the two parameters), or None."""
+    positions = int(np.prod([int(d) for d in call.ty.shape][:-1]))  # NHWC output: N x H x W; a matmul's rows
+    if products < params.fp32_below_products and positions >= params.fp32_from_positions:
+        return (f"fewer than {params.fp32_below_products} products per output at {params.fp32_from_positions}+ "
+                "positions (fp32_below_products)")
+    return None
 
 
 class _ConvRule:
     """Which conv2d calls the pass takes (`why_not`) and their rewrite (`__call__`); the first conv and the
-    narrow ones (`min_products`) kept where asked."""
+    narrow, high-resolution ones kept where asked."""
 
-    def __init__(self, keep_first: bool, min_products: int) -> None:
-        self.keep_first, self.first, self.min_products = keep_first, None, min_products
+    def __init__(self, params: Bf16Params) -> None:
+        self.params, self.first = params, None
 
     def why_not(self, call: relax.Call) -> str | None:
         a = call.attrs
         self.first = call if self.first is None else self.first  # the rewrite visits the graph from its input
-        if self.keep_first and call.same_as(self.first):
+        if self.params.keep_first_conv and call.same_as(self.first):
             return "the first conv (keep_first_conv)"
         if str(a.data_layout) != "NHWC" or str(a.out_layout or "NHWC") != "NHWC":
             return f"layout {a.data_layout} (needs NHWC: run convert_layout(conv2d=NHWC) before bf16)"
@@ -80,7 +90,7 @@ class _ConvRule:
             return not_constant
         weight = call.args[1].ty.shape  # a constant's: static
         products = int(np.prod([int(d) for d, axis in zip(weight, str(a.kernel_layout)) if axis != "O"]))
-        return _too_few_products(products, self.min_products)
+        return _narrow_and_wide(call, products, self.params)
 
     def __call__(self, builder: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         a = call.attrs
@@ -113,13 +123,13 @@ def bf16(params: Bf16Params) -> tvm.transform.Pass:
         require_bf16(tvm.target.Target.current(allow_none=True))
         figures: dict[str, object] = {}
         if "conv2d" in params.ops:
-            rule = _ConvRule(params.keep_first_conv, params.min_products)
+            rule = _ConvRule(params)
             mod, figures["conv2d_bf16"], figures["conv2d_kept_fp32"] = rewrite_calls(
                 mod, "relax.nn.conv2d", rule.why_not, rule)
         if "matmul" in params.ops:
             mod, figures["matmul_bf16"], figures["matmul_kept_fp32"] = rewrite_calls(
-                mod, "relax.matmul", lambda call: float32_constant_weight(call, rank=2) or _too_few_products(
-                    int(call.args[1].ty.shape[0]), params.min_products), _matmul)
+                mod, "relax.matmul", lambda call: float32_constant_weight(call, rank=2) or _narrow_and_wide(
+                    call, int(call.args[1].ty.shape[0]), params), _matmul)
         report_analysis(**figures)
         return relax.transform.DeadCodeElimination()(mod)
 
