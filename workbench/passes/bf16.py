@@ -45,7 +45,7 @@ class Bf16Params(BaseModel):
         default=False, description="the first conv (on the raw input: pixels, audio) stays fp32, where its "
                                    "rounding costs more accuracy than its time is worth")
     fp32_below_products: int = Field(
-        default=256, ge=0,
+        default=128, ge=0,
         description="with fp32_from_positions: a conv or matmul summing fewer products per output (input channels "
                     "x kernel height x width; a matmul's inner dimension) stays fp32; 0 keeps none")
     fp32_from_positions: int = Field(
