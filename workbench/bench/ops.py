@@ -158,8 +158,8 @@ _OP_WORK = re.compile(r"conv|pool|matmul|dense|softmax|norm|mean|sum|max|concate
 def layout_share(shares: list[tuple[str, float]]) -> float:
     """The share of the workbench's time in kernels that only change the layout (a transpose, fused with a pad or
     reshape, and no compute op): what a one-node NCHW model pays around the op, a real model once per layout change."""
-    return sum(share for name, share in shares
-               if "transpose" in _op_names(name) and not _OP_WORK.search(_op_names(name)))
+    ops = [(_op_names(name), share) for name, share in shares]
+    return sum(share for names, share in ops if "transpose" in names and not _OP_WORK.search(names))
 
 
 def without_layout_text(fastest: float | None, ours: float | None, shares: list[tuple[str, float]]) -> str:
