@@ -15,7 +15,7 @@ from workbench.compile.warm_model import cache_path, digest, training_databases,
 from workbench.config import TuningConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = ROOT / "schedules" / "mobilenet_block" / "llvm-rocketlake"  # 105 committed records
+SMALL = ROOT / "schedules" / "mobilenet_block" / "llvm-znver4"  # 105 committed records
 
 
 @pytest.fixture()
