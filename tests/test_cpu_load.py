@@ -8,13 +8,15 @@ from fresh_process import run_fresh
 
 CORES = psutil.cpu_count(logical=False) or 1
 
-# a fresh process's runner of x + x on the test's cores: the library both checks run
+# a fresh process's runner of x @ 2I (2x exactly, and enough work to gain from every core: the governor keeps fewer
+# threads where they are clearly faster, as for a lone x + x) on the test's cores: the library both checks run
 DOUBLING_RUNNER = """
     import numpy as np
     from workbench.measure.runners import tvm_runner
 
     def doubling_runner(cores, data):
-        library = built(lambda x: relax.op.add(x, x), cores, data.shape[0])
+        twice = relax.const(2 * np.eye(data.shape[0], dtype="float32"))
+        library = built(lambda x: relax.op.matmul(x, twice), cores, data.shape[0])
         return tvm_runner("workbench", library, {"x": data}, target_on(cores))
 """
 
@@ -39,8 +41,9 @@ GOVERN = """
 
     if __name__ == "__main__":
         use_tvm_threads({cores})
-        data = np.random.default_rng(0).normal(size=(64, 64)).astype("float32")
+        data = np.random.default_rng(0).normal(size=(256, 256)).astype("float32")
         runner = doubling_runner({cores}, data)
+        runner.infer()  # the first inference times half the cores against all of them
         quiet = settle(runner, 1.0)
         busy = multiprocessing.Process(target=spin, daemon=True)
         busy.start()
@@ -104,6 +107,54 @@ def test_under_load_the_governor_keeps_the_thread_count_that_measured_faster(spi
         assert governor.threads == (CORES - 1 if faster == "free cores" else CORES)
     finally:
         set_tvm_threads(CORES)
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core: there is no thread to give up")
+@pytest.mark.parametrize("fewer_help", [True, False])
+def test_a_slow_stretch_on_a_quiet_machine_is_run_on_fewer_threads_while_they_are_faster(fewer_help):
+    """With no other process busy, a stretch in which every core runs 4x slower (the threads' synchronization, as
+    seen on a 2-core VM) sends the governor to half the cores where they are clearly faster there, and back to all
+    once the stretch is over; where half the cores are no faster in the stretch it stays on all of them. The
+    inference sleeps for a time set by the phase and the pool's size, so the right count is known."""
+    import time
+
+    import tvm
+
+    from workbench.runtime.cpu_load import PROBE_CALLS, ThreadGovernor, set_tvm_threads
+    from workbench.runtime.threads import use_tvm_threads
+
+    if use_tvm_threads(CORES) != CORES:
+        pytest.skip("TVM's pool in this test process was sized before, smaller than the cores")
+    half = max(1, CORES // 2)
+    # seconds a call takes on (all cores, half of them), outside and inside the stretch
+    steady, stretch = (0.001, 0.002), ((0.004, 0.002) if fewer_help else (0.002, 0.002))
+    governor = ThreadGovernor(CORES)
+    seen = []
+
+    def phase(seconds, sleeps):
+        threads = []
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            def inference():
+                time.sleep(sleeps[0] if int(tvm.get_global_func("runtime.NumThreads")()) == CORES else sleeps[1])
+            governor.run(inference)
+            threads.append(governor.threads)
+        seen.append(threads)
+
+    try:
+        phase(1.0, steady)
+        phase(2.0, stretch)
+        phase(2.5, steady)
+    finally:
+        set_tvm_threads(CORES)
+    before, during, after = seen
+    assert set(before) == {CORES}
+    assert during[-1] == (half if fewer_help else CORES)
+    if fewer_help:  # most of the stretch on half the cores
+        assert during.count(half) > len(during) / 2
+    else:  # one probe of half the cores, not kept; the slower speed is then the one to compare with
+        assert during.count(half) <= PROBE_CALLS
+    assert after[-1] == CORES
 
 
 PINNING = """

@@ -10,6 +10,10 @@ avoids by running on fewer threads where that measured faster.
 The meter reads the CPU time the whole machine spent against this process's own (psutil: /proc/stat and
 /proc/self/stat), at most every `INTERVAL_S`; a quiet machine keeps every core, a busy one gets the thread count that
 measured faster: the cores the others left free or all of them (the scheduler may give a short burst both).
+A quiet machine can slow the threads' synchronization too: on a 2-core VM rapidocr_cls ran 1.4-1.7 ms instead of
+0.44-0.61 on both threads for seconds at a time, in 9 of 48 half-second blocks, while one thread ran 0.49-0.62 in
+every block, with no other process busy. So the governor also watches its own speed on every core, and where the
+median of a window of calls rises well above the best window seen (`SLOWER_THAN_BEST`), it times fewer threads.
 docs/tuning.md says what a user sees on a busy machine.
 """
 
@@ -34,6 +38,12 @@ INTERVAL_S = 0.2  # how often the load is read: a busy neighbour is seen within 
 PROBE_CALLS = 10
 HOLD_S = 1.0  # how long a probed choice holds before it is probed again (doubling up to HOLD_MAX_S)
 HOLD_MAX_S = 8.0
+# a window of PROBE_CALLS calls on every core whose median is this far above the best window's sends the governor
+# to time fewer threads (a median: one call after a pause, caches cold, is not a slow stretch; the stretches seen
+# were ~3x)
+SLOWER_THAN_BEST = 1.5
+CALIBRATE_S = 2.0  # at most this long, before its first inference returns, a governor times half its cores and all
+CLEARLY_FASTER = 0.9  # fewer threads are kept on a quiet machine only where their mean is below this share of all's
 _BIG_CORES = 1  # TVM's affinity mode for runtime.config_threadpool: the one its pool starts in
 
 
@@ -101,23 +111,38 @@ class ThreadGovernor:
     processes keep cores busy, fewer threads are not always faster (the scheduler may still give a short burst
     both cores), so the counts worth trying, the free cores and all of them, are each timed over PROBE_CALLS
     inferences and the faster on average kept; it is probed again after HOLD_S, then after twice as long while the load
-    stays the same (at most HOLD_MAX_S), and at once when the load changes."""
+    stays the same (at most HOLD_MAX_S), and at once when the load changes.
+
+    On a quiet machine it watches the calls on every core: a window whose median is SLOWER_THAN_BEST times the best
+    window's starts a slow stretch, in which half the cores and all of them are probed every HOLD_S (a stretch
+    ends unannounced; holding longer would keep fewer threads past it), fewer kept only where CLEARLY_FASTER. The
+    stretch is over once all cores are kept; the next window is then the speed to compare with (probes run back
+    to back, a caller may pause between inferences, which slows each). A process may start in
+    a stretch, where no window is slower than the best: the first inference probes both counts first (at most
+    CALIBRATE_S), and a model too small to gain from every core keeps fewer the same way."""
 
     cores: int
     meter: LoadMeter = field(default_factory=LoadMeter)
     threads: int = field(init=False)
+    _free: int = field(init=False)  # the cores other processes left free at the last reading
+    _slow: bool = field(init=False, default=False)  # in a slow stretch on a quiet machine
     _candidates: tuple[int, ...] = field(init=False)
     _probes: dict[int, list[float]] = field(init=False, default_factory=dict)
     _hold_s: float = field(init=False, default=0.0)
     _probe_at: float = field(init=False, default=float("inf"))
+    _window: list[float] = field(init=False, default_factory=list)  # the latest calls on every core, not probes
+    _best_s: float = field(init=False, default=float("inf"))  # the smallest window median since the last stretch
+    _calibrated: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         set_tvm_threads(self.cores)  # the pool is the process's: another runner's governor may have shrunk it
-        self.threads = self.cores
+        self.threads = self._free = self.cores
         self._candidates = (self.cores,)
 
     def run(self, call: Callable[[], object]) -> object:
         """One inference on the thread count the load and the probes chose."""
+        if not self._calibrated:
+            self._calibrate(call)
         self._follow_load()
         wanted = self._next_probe() or self.threads
         if wanted != self.threads:
@@ -125,9 +150,12 @@ class ThreadGovernor:
             self.threads = wanted
         started = time.perf_counter()
         result = call()
+        elapsed = time.perf_counter() - started
         if self._probing:
-            self._probes.setdefault(wanted, []).append(time.perf_counter() - started)
+            self._probes.setdefault(wanted, []).append(elapsed)
             self._settle()
+        elif wanted == self.cores and self._free == self.cores:
+            self._watch(elapsed)
         return result
 
     @property
@@ -136,16 +164,48 @@ class ThreadGovernor:
 
     def _follow_load(self) -> None:
         busy = self.meter.others_busy()
-        if busy is None:
-            return
-        free = max(1, min(self.cores, self.cores - round(busy)))
-        candidates = (self.cores,) if free == self.cores else (free, self.cores)
+        if busy is not None:
+            self._free = max(1, min(self.cores, self.cores - round(busy)))
+            self._choose_candidates()
+
+    def _choose_candidates(self) -> None:
+        """The counts worth probing now: the free cores and all under load, half and all in a slow stretch, else all
+        of them; a change starts the probes afresh."""
+        if self._free < self.cores:
+            candidates = (self._free, self.cores)
+        elif self._slow:
+            candidates = (max(1, self.cores // 2), self.cores)
+        else:
+            candidates = (self.cores,)
         if candidates != self._candidates:
-            self._candidates, self._probes, self._hold_s = candidates, {}, HOLD_S
+            self._candidates, self._probes, self._hold_s, self._window = candidates, {}, HOLD_S, []
             self._probe_at = time.perf_counter() if len(candidates) > 1 else float("inf")
             if len(candidates) == 1 and self.threads != self.cores:
                 set_tvm_threads(self.cores)
                 self.threads = self.cores
+
+    def _calibrate(self, call: Callable[[], object]) -> None:
+        """Probe half the cores and all of them (as in a slow stretch) before the first inference returns."""
+        self._calibrated = True
+        if self.cores < 2:
+            return
+        self._slow = True
+        self._choose_candidates()
+        deadline = time.perf_counter() + CALIBRATE_S
+        while self._probing and time.perf_counter() < deadline:
+            self.run(call)
+
+    def _watch(self, elapsed: float) -> None:
+        """Take a call on every core of a quiet machine into the window; a full window ends or starts nothing but
+        a slow stretch."""
+        self._window.append(elapsed)
+        if len(self._window) < PROBE_CALLS:
+            return
+        median, self._window = statistics.median(self._window), []
+        self._best_s = min(self._best_s, median)
+        if self.cores > 1 and median > SLOWER_THAN_BEST * self._best_s:
+            self._slow = True
+            self._choose_candidates()
 
     def _next_probe(self) -> int | None:
         if not self._probing:
@@ -155,11 +215,19 @@ class ThreadGovernor:
     def _settle(self) -> None:
         if self._next_probe() is not None:
             return
-        self.threads = min(self._candidates, key=lambda count: statistics.fmean(self._probes[count]))
+        means = {count: statistics.fmean(self._probes[count]) for count in self._candidates}
+        fewer = min(means, key=means.get)
+        quiet = self._free == self.cores
+        keep_fewer = means[fewer] < (CLEARLY_FASTER if quiet else 1.0) * means[self.cores]
+        self.threads = fewer if keep_fewer else self.cores
         set_tvm_threads(self.threads)
         self._probes = {}
         self._probe_at = time.perf_counter() + self._hold_s
-        self._hold_s = min(2 * self._hold_s, HOLD_MAX_S)
+        if quiet and self._slow and self.threads == self.cores:  # the stretch is over, or fewer threads do not help
+            self._slow, self._best_s = False, float("inf")  # the next window, timed as the caller calls, compares
+            self._choose_candidates()
+        elif not self._slow:
+            self._hold_s = min(2 * self._hold_s, HOLD_MAX_S)
 
 
 def set_tvm_threads(count: int) -> None:
