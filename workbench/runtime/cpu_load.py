@@ -8,8 +8,8 @@ Where cores are busy the workbench's launcher (runtime/launcher.py) already keep
 worker that has not started; what it cannot avoid is a worker preempted inside its share, which this governor
 avoids by running on fewer threads where that measured faster.
 The meter reads the CPU time the whole machine spent against this process's own (psutil: /proc/stat and
-/proc/self/stat), at most every `INTERVAL_S`; a quiet machine keeps every core, a busy one gets the thread count that
-measured faster: the cores the others left free or all of them (the scheduler may give a short burst both).
+/proc/self/stat), at most every `INTERVAL_S`; a quiet machine keeps every core (but below), a busy one gets the thread
+count that measured faster: the cores the others left free or all of them (the scheduler may give a short burst both).
 A quiet machine can slow the threads' synchronization too: on a 2-core VM rapidocr_cls ran 1.4-1.7 ms instead of
 0.44-0.61 on both threads for seconds at a time, in 9 of 48 half-second blocks, while one thread ran 0.49-0.62 in
 every block, with no other process busy. So the governor also watches its own speed on every core, and where the
@@ -107,7 +107,8 @@ class LoadMeter:
 
 @dataclass
 class ThreadGovernor:
-    """Runs each inference (`run`) on a thread count chosen by measurement. Quiet machine: every core. Where other
+    """Runs each inference (`run`) on a thread count chosen by measurement. Quiet machine: every core, unless half
+    of them measured clearly faster (below). Where other
     processes keep cores busy, fewer threads are not always faster (the scheduler may still give a short burst
     both cores), so the counts worth trying, the free cores and all of them, are each timed over PROBE_CALLS
     inferences and the faster on average kept; it is probed again after HOLD_S, then after twice as long while the load
