@@ -78,10 +78,9 @@ def run_two_writers():
     return run
 
 
-@pytest.fixture(scope="session")
-def quickstart():
-    """convnet_small after the quickstart pipeline, for the host CPU: the optimized module, its tuning module, tasks
-    and inputs."""
+def _optimized_config(config: str) -> dict:
+    """A config's model after its pipeline, for the host CPU: the optimized module, its tuning module, tasks and
+    inputs."""
     from pathlib import Path
 
     from workbench.compile.targets import make_target
@@ -90,8 +89,21 @@ def quickstart():
     from workbench.stages import optimize, prepare
 
     host = make_target(TargetConfig())
-    experiment = load_experiment(Path("configs/quickstart.yaml"))
+    experiment = load_experiment(Path(config))
     prepared = prepare(experiment, Path.cwd(), host)
     optimized = optimize(prepared, experiment.pipeline, stats=False).module
     plain = tuning_module(optimized, host)
     return {"optimized": optimized, "plain": plain, "tasks": extract_tasks(plain, host), "inputs": prepared.inputs}
+
+
+@pytest.fixture(scope="session")
+def quickstart():
+    """convnet_small after the quickstart pipeline (configs/quickstart.yaml)."""
+    return _optimized_config("configs/quickstart.yaml")
+
+
+@pytest.fixture(scope="session")
+def mobilenet_block():
+    """mobilenet_block after the default pipeline (configs/mobilenet_block.yaml): kernels used twice, one of them
+    a transpose (no FLOPs)."""
+    return _optimized_config("configs/mobilenet_block.yaml")
