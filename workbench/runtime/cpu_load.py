@@ -43,6 +43,9 @@ HOLD_MAX_S = 8.0
 # were ~3x)
 SLOWER_THAN_BEST = 1.5
 CALIBRATE_S = 2.0  # at most this long, before its first inference returns, a governor times half its cores and all
+# (after PROBE_CALLS calls on every core: cold, the first calls on two threads ran 0.92 ms against 0.65 on one, and
+# one thread would have been kept for a model that runs 0.30 ms on two)
+SLOW_HOLD_CALLS = 10 * PROBE_CALLS  # in a slow stretch, probed again after this many calls too, if sooner than HOLD_S
 CLEARLY_FASTER = 0.9  # fewer threads are kept on a quiet machine only where their mean is below this share of all's
 _BIG_CORES = 1  # TVM's affinity mode for runtime.config_threadpool: the one its pool starts in
 
@@ -116,7 +119,8 @@ class ThreadGovernor:
 
     On a quiet machine it watches the calls on every core: a window whose median is SLOWER_THAN_BEST times the best
     window's starts a slow stretch, in which half the cores and all of them are probed every HOLD_S (a stretch
-    ends unannounced; holding longer would keep fewer threads past it), fewer kept only where CLEARLY_FASTER. The
+    ends unannounced; holding longer would keep fewer threads past it), or every SLOW_HOLD_CALLS calls if sooner,
+    fewer kept only where CLEARLY_FASTER. The
     stretch is over once all cores are kept; the next window is then the speed to compare with (probes run back
     to back, a caller may pause between inferences, which slows each). A process may start in
     a stretch, where no window is slower than the best: the first inference probes both counts first (at most
@@ -134,6 +138,7 @@ class ThreadGovernor:
     _window: list[float] = field(init=False, default_factory=list)  # the latest calls on every core, not probes
     _best_s: float = field(init=False, default=float("inf"))  # the smallest window median since the last stretch
     _calibrated: bool = field(init=False, default=False)
+    _held_calls: int = field(init=False, default=0)  # calls since the last probe settled
 
     def __post_init__(self) -> None:
         set_tvm_threads(self.cores)  # the pool is the process's: another runner's governor may have shrunk it
@@ -155,13 +160,16 @@ class ThreadGovernor:
         if self._probing:
             self._probes.setdefault(wanted, []).append(elapsed)
             self._settle()
-        elif wanted == self.cores and self._free == self.cores:
+            return result
+        self._held_calls += 1
+        if wanted == self.cores and self._free == self.cores:
             self._watch(elapsed)
         return result
 
     @property
     def _probing(self) -> bool:
-        return bool(self._probes) or time.perf_counter() >= self._probe_at
+        return (bool(self._probes) or time.perf_counter() >= self._probe_at
+                or (self._slow and self._held_calls >= SLOW_HOLD_CALLS))
 
     def _follow_load(self) -> None:
         busy = self.meter.others_busy()
@@ -190,9 +198,13 @@ class ThreadGovernor:
         self._calibrated = True
         if self.cores < 2:
             return
+        deadline = time.perf_counter() + CALIBRATE_S
+        for _ in range(PROBE_CALLS):  # warm: the pool's workers started, the caches and pages touched
+            if time.perf_counter() >= deadline:
+                return
+            call()
         self._slow = True
         self._choose_candidates()
-        deadline = time.perf_counter() + CALIBRATE_S
         while self._probing and time.perf_counter() < deadline:
             self.run(call)
 
@@ -222,7 +234,7 @@ class ThreadGovernor:
         keep_fewer = means[fewer] < (CLEARLY_FASTER if quiet else 1.0) * means[self.cores]
         self.threads = fewer if keep_fewer else self.cores
         set_tvm_threads(self.threads)
-        self._probes = {}
+        self._probes, self._held_calls = {}, 0
         self._probe_at = time.perf_counter() + self._hold_s
         if quiet and self._slow and self.threads == self.cores:  # the stretch is over, or fewer threads do not help
             self._slow, self._best_s = False, float("inf")  # the next window, timed as the caller calls, compares
