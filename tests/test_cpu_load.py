@@ -148,7 +148,7 @@ def test_a_slow_stretch_on_a_quiet_machine_is_run_on_fewer_threads_while_they_ar
     finally:
         set_tvm_threads(CORES)
     before, during, after = seen
-    assert set(before) == {CORES}
+    assert before[-1] == CORES and before.count(half) <= PROBE_CALLS  # at most one probe of half, not kept
     assert during[-1] == (half if fewer_help else CORES)
     if fewer_help:  # most of the stretch on half the cores
         assert during.count(half) > len(during) / 2
