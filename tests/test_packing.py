@@ -175,6 +175,7 @@ def test_an_epilogue_past_the_real_channels_stays_vectorized(llvm, out_channels,
 @pytest.mark.parametrize("kind, shape, out_channels, kernel, strides, padding, tasks", [
     (FP32, (1, 9, 11, 17), 7, (3, 3), (1, 1), (1, 2, 0, 1), 8),  # asymmetric padding, odd everything: 8 rows
     (FP32, (1, 10, 10, 16), 40, (3, 3), (2, 2), (1, 1, 1, 1), 15),  # strided: 5 rows x 3 blocks
+    (FP32, (1, 20, 9, 16), 40, (3, 3), (1, 1), (1, 1, 1, 1), 20),  # 20 rows: a task a row, one copy for 3 blocks
     (FP32, (1, 12, 13, 3), 20, (5, 5), (2, 2), (2, 2, 2, 2), 12),  # 3 channels: a pad op before, 6 rows x 2 blocks
     (DEPTHWISE_FP32, (1, 9, 13, 20), 20, (5, 5), (1, 1), (2, 2, 2, 2), 18),  # channels filled up to 32: 9 rows x 2
     (DEPTHWISE_FP32, (1, 24, 13, 40), 40, (3, 3), (1, 1), (1, 1, 1, 1), 18),  # 4 rows a task: 6 x 3 blocks

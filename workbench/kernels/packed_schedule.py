@@ -92,6 +92,10 @@ def _pad_per_task(sch: Schedule, pad, task, lanes: int) -> None:
     vectorize_loop(sch, sch.get_loops(pad)[-1], lanes)
 
 
+def _extent(sch: Schedule, loop) -> int:
+    return int(sch.get(loop).extent)
+
+
 def _rows_per_task(sch: Schedule, row, channel_block):
     """Give each parallel task of a padded depthwise conv several output rows (`DEPTHWISE_ROWS`, a divisor of the
     rows, where that leaves `MIN_TASKS` tasks), so the padded input rows it copies serve them all: for one row a
@@ -137,7 +141,13 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
     pads = [b for b in blocks if PAD_MARK in sch.get(b).annotations]
     if kind.depthwise and pads:
         row = _rows_per_task(sch, row, channel_block)
-    parallel = sch.fuse(batch, row, channel_block)
+    if pads and not kind.depthwise and _extent(sch, batch) * _extent(sch, row) >= MIN_TASKS:
+        # every channel block of a row reads the same padded rows, all channels: one copy a task serves them all
+        # (a task a row and channel block copied them once per block: a 3x3 conv on 48 channels at 80x80 ran
+        # 2.50 ms against 1.29 with a pad op before it)
+        parallel = sch.fuse(batch, row)
+    else:
+        parallel = sch.fuse(batch, row, channel_block)
     sch.parallel(parallel)
     for pad in pads:
         _pad_per_task(sch, pad, parallel, lanes)
