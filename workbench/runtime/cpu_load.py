@@ -162,9 +162,14 @@ class ThreadGovernor:
             self._settle()
             return result
         self._held_calls += 1
-        if wanted == self.cores and self._free == self.cores:
+        if wanted == self.cores and self._quiet:
             self._watch(elapsed)
         return result
+
+    @property
+    def _quiet(self) -> bool:
+        """No core taken by other processes at the last reading."""
+        return self._free == self.cores
 
     @property
     def _probing(self) -> bool:
@@ -180,7 +185,7 @@ class ThreadGovernor:
     def _choose_candidates(self) -> None:
         """The counts worth probing now: the free cores and all under load, half and all in a slow stretch, else all
         of them; a change starts the probes afresh."""
-        if self._free < self.cores:
+        if not self._quiet:
             candidates = (self._free, self.cores)
         elif self._slow:
             candidates = (max(1, self.cores // 2), self.cores)
@@ -230,13 +235,12 @@ class ThreadGovernor:
             return
         means = {count: statistics.fmean(self._probes[count]) for count in self._candidates}
         fewer = min(means, key=means.get)
-        quiet = self._free == self.cores
-        keep_fewer = means[fewer] < (CLEARLY_FASTER if quiet else 1.0) * means[self.cores]
+        keep_fewer = means[fewer] < (CLEARLY_FASTER if self._quiet else 1.0) * means[self.cores]
         self.threads = fewer if keep_fewer else self.cores
         set_tvm_threads(self.threads)
         self._probes, self._held_calls = {}, 0
         self._probe_at = time.perf_counter() + self._hold_s
-        if quiet and self._slow and self.threads == self.cores:  # the stretch is over, or fewer threads do not help
+        if self._quiet and self._slow and self.threads == self.cores:  # the stretch is over, or fewer threads do not help
             self._slow, self._best_s = False, float("inf")  # the next window, timed as the caller calls, compares
             self._choose_candidates()
         elif not self._slow:
