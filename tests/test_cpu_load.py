@@ -134,9 +134,13 @@ def test_a_slow_stretch_on_a_quiet_machine_is_run_on_fewer_threads_while_they_ar
     def phase(seconds, sleeps):
         threads = []
         deadline = time.perf_counter() + seconds
+        def inference():
+            time.sleep(sleeps[0] if int(tvm.get_global_func("runtime.NumThreads")()) == CORES else sleeps[1])
+
         while time.perf_counter() < deadline:
-            def inference():
-                time.sleep(sleeps[0] if int(tvm.get_global_func("runtime.NumThreads")()) == CORES else sleeps[1])
+            governor.run(inference)
+            threads.append(governor.threads)
+        while governor._probes:  # a probe in flight at the deadline settles: the phase ends on the count kept
             governor.run(inference)
             threads.append(governor.threads)
         seen.append(threads)
