@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from workbench.bench.load import fresh_run
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import TargetConfig
+from workbench.measure.contention import Contention, thread_contention
 from workbench.models.corpus import load_corpus
 from workbench.record.charts import save_png
 from workbench.record.results_page import Machine, write_results_page
@@ -86,6 +87,9 @@ def main() -> int:
     parser.add_argument("--launchers", nargs="+", default=["workbench", "tvm"], choices=["workbench", "tvm"])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results")
     args = parser.parse_args()
+    target = make_target(TargetConfig())  # this machine's CPU, as every run built for
+    threads = target_threads(target)
+    contended = thread_contention(threads)
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="bench_spread_") as folder:
         work = Path(folder)
@@ -106,7 +110,6 @@ def main() -> int:
     text = ("Spread (largest process median / smallest) per model (goal for the workbench: ≤ 1.3):\n\n"
             + "\n".join(lines))
     print(text)
-    target = make_target(TargetConfig())  # this machine's CPU, as every run built for
     stem = f"spread_{host_cpu()}"
     chart = save_png(figure(runs, args.models, args.launchers), args.out / f"{stem}.png")
     protocol = ("- each run a fresh `workbench run` process of one corpus model: pipeline `default`, untuned, "
@@ -115,7 +118,8 @@ def main() -> int:
                 "`WORKBENCH_LAUNCHER=tvm`)\n"
                 "- ratio: ort_all's median / the workbench's in the same run (> 1: the workbench is faster)")
     write_results_page(args.out, stem, "The same model from one process to the next",
-                       Machine(target_key(target), target_threads(target)), protocol,
+                       Machine(target_key(target), threads,
+                               contention=Contention(threads, contended, thread_contention(threads))), protocol,
                        ("model", "run", "launcher", "workbench ms", "ort_all ms", "ort_all/workbench"), rows,
                        f"{text}\n\n![processes]({chart.name})")
     print(f"wrote {args.out / stem}.md, {chart}")

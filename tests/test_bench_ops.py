@@ -15,6 +15,9 @@ def test_the_page_has_every_peer_and_a_row_per_case(tmp_path):
     (page,) = tmp_path.glob("ops_*.md")
     text = page.read_text()
     assert "| workbench ms | ort_all ms | openvino ms | fastest peer/workbench |" in text
+    cores = next(line for line in text.splitlines() if line.startswith("- cores: "))  # how whole the cores were
+    start, end = (float(cores.split(f"× ({when})")[0].rsplit(" ", 1)[1]) for when in ("start", "end"))
+    assert start >= 0.5 and end >= 0.5
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in text.splitlines()
             if line.startswith(("| call_overhead", "| fc_batch1", "| depthwise3x3"))}
     assert set(rows) == {"call_overhead", "fc_batch1", "depthwise3x3"}

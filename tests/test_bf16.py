@@ -214,6 +214,7 @@ def test_the_bf16_corpus_page_sits_beside_the_default_one_and_holds_bf16_to_its_
     page = next(out.glob("corpus_*_default_bf16.md"))
     text = page.read_text()
     assert BF16_RULE in text and "1 models: 1 ok" in text  # fp32's rtol 1e-3 would refuse bf16's rounding
+    assert "× (start) and " in text  # the cores' contention, probed before the first model and after the last
     rows = list(csv.DictReader(page.with_suffix(".csv").open()))
     assert 0.999 <= float(rows[0]["cosine"]) < 1 and float(rows[0]["openvino_bf16_over_workbench"]) > 0
 

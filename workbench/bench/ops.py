@@ -32,6 +32,7 @@ from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment, TargetConfig, validate
 from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import UserError
+from workbench.measure.contention import Contention, thread_contention
 from workbench.measure.profile import VM_BUILTINS
 from workbench.models.summary import frozen, op_histogram
 from workbench.record.results_page import Machine, load_line, load_suffix, write_results_page
@@ -189,7 +190,9 @@ def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, ou
     cases = [c for c in CASES if not only or c.name in only]
     rows: list[list[str]] = []
     target = make_target(TargetConfig())
-    peak = peak_gflops(target_threads(target), target)
+    threads = target_threads(target)
+    peak = peak_gflops(threads, target)
+    contended = thread_contention(threads)
     with tempfile.TemporaryDirectory(prefix="bench_ops_") as work:
         for case in cases:
             row = bench(experiment(case, Path(work) / f"{case.name}.onnx"), list(PEERS), Path(work), repeat, rounds,
@@ -207,7 +210,8 @@ def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, ou
                          without_layout_text(fastest, ours, row.kernel_shares),
                          row.status + (f": {row.reason}" if row.reason else "")])
             log(" | ".join(rows[-1]))
-    machine = Machine(target_key(target), target_threads(target))
+    machine = Machine(target_key(target), threads,
+                      contention=Contention(threads, contended, thread_contention(threads)))
     protocol = ("- each op alone as a one-node ONNX model; workbench: pipeline `default`, untuned (default schedules); "
                 "ort_all: ONNX Runtime with every graph optimization; openvino: its CPU plugin at f32\n"
                 f"- timing: median of {rounds} interleaved rounds of {repeat} runs per label, in one process\n"

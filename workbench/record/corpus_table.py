@@ -20,10 +20,11 @@ from matplotlib.figure import Figure  # a bare Figure renders with Agg, with no 
 
 from workbench.atomic import atomic_write_text
 from workbench.config.baselines import WORKBENCH_LABEL
+from workbench.measure.contention import Contention
 from workbench.models.corpus import CorpusEntry
 from workbench.record.charts import save_png
 from workbench.record.markdown import markdown_table
-from workbench.record.results_page import load_line
+from workbench.record.results_page import contention_line, load_line
 from workbench.record.rows import number_text
 
 
@@ -71,6 +72,7 @@ class Setting:
     rounds: int
     versions: dict[str, str] = field(default_factory=dict)
     load: int = 0  # processes spinning beside (`--load`)
+    contention: Contention | None = None  # how whole the cores were at the start and the end
     accuracy_rule: str = "numpy's allclose rule with each model's rtol/atol (workbench/models/corpus.yaml)"
 
 
@@ -151,6 +153,7 @@ def _setting_lines(setting: Setting) -> str:
     versions = ", ".join(f"{name} {version}" for name, version in setting.versions.items())
     return (
         f"- CPU: {setting.cpu} (TVM target `{setting.target}`), {setting.threads} threads for every runtime\n"
+        f"{contention_line(setting.contention)}"
         f"- workbench: pipeline `{setting.pipeline}` (`{setting.passes}`), untuned (default schedules)\n"
         f"- compared with: {', '.join(setting.baselines) or 'nothing'}; ratios are their median / the workbench "
         f"median (> 1: the workbench is faster)\n"

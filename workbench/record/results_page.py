@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.table import Table
 
 from workbench.atomic import atomic_write_text
+from workbench.measure.contention import Contention
 from workbench.record.markdown import markdown_table
 
 VERSIONED = {"tvm": "apache-tvm", "onnxruntime": "onnxruntime", "onnx": "onnx", "iree": "iree-base-compiler",
@@ -52,6 +53,16 @@ def load_line(load: int) -> str:
             "each keeping a core busy: every runtime shares the machine with them\n") if load else ""
 
 
+def contention_line(contention: Contention | None) -> str:
+    """A page's line on how whole its cores were when it started and ended (measure/contention.py; "" unprobed)."""
+    if contention is None:
+        return ""
+    return (f"- cores: {contention.threads} threads running a fixed multiply-add loop at once took "
+            f"{contention.start:.2f}× (start) and {contention.end:.2f}× (end) as long each as one thread alone (1.0: "
+            f"a core each; near {contention.threads}: the cores shared with other work on the host, every runtime "
+            "slower and sub-millisecond models swinging most)\n")
+
+
 @dataclass(frozen=True)
 class Machine:
     """Where a benchmark ran."""
@@ -61,11 +72,12 @@ class Machine:
     cpu: str = field(default_factory=cpu_name)
     date: str = field(default_factory=lambda: datetime.now().strftime("%Y-%m-%d %H:%M"))
     versions: dict[str, str] = field(default_factory=versions)
+    contention: Contention | None = None
 
     def lines(self) -> str:
         listed = ", ".join(f"{name} {version}" for name, version in self.versions.items())
         return (f"- CPU: {self.cpu} (TVM target `{self.target}`), {self.threads} threads for every runtime\n"
-                f"- date: {self.date}\n- versions: {listed}")
+                f"{contention_line(self.contention)}- date: {self.date}\n- versions: {listed}")
 
 
 def write_results_page(out_dir: Path, stem: str, title: str, machine: Machine, protocol: str,
