@@ -172,6 +172,32 @@ def test_a_transpose_runs_in_square_tiles(avx512, shape, perm, pad):
     np.testing.assert_array_equal(run_built(mod, avx512, data), expected)
 
 
+@pytest.mark.parametrize("pad", [0, 1])
+def test_a_transpose_to_a_few_channels_is_left_whole_to_llvm_to_interleave(avx512, pad):
+    """An image's NCHW to NHWC (3 channels; with the first conv's pad fused after it): the channels unrolled and the
+    loop along the input's rows left whole, which LLVM vectorizes, interleaving the 3 planes into whole vectors by
+    shuffles (as 16x3 tiles it read each 3-lane vector element by element); built for AVX-512 it holds
+    vector shuffles and no 3-lane tiles; the output against numpy."""
+    shape = (1, 3, 96, 100)  # enough elements to run in parallel
+    mod = module(shape, lambda x: relax.op.nn.pad(relax.op.permute_dims(x, [0, 2, 3, 1]), [0, 0, pad, pad, pad, pad,
+                                                                                         0, 0]))
+    (func,) = kernels(mod, avx512)
+    sch = loop_schedule(func, avx512)
+    (block,) = sch.get_child_blocks(sch.get_sblock("root"))
+    loops = [sch.get(loop) for loop in sch.get_loops(block)]
+    kinds = [tvm.tirx.ForKind(int(loop.kind)) for loop in loops]
+    assert kinds[0] == tvm.tirx.ForKind.PARALLEL and tvm.tirx.ForKind.VECTORIZED not in kinds
+    assert kinds[-1] == tvm.tirx.ForKind.UNROLLED and int(loops[-1].extent) == 3  # the channels
+    assert kinds[-2] == tvm.tirx.ForKind.SERIAL and int(loops[-2].extent) == shape[3] + 2 * pad  # along the rows
+    skylake = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "mtriple": "x86_64-linux-gnu"})
+    built = build_lowered(mod, skylake)
+    assembly = "\n".join(m.inspect_source("asm") for m in built.executable.mod.imports if m.kind == "llvm")
+    assert any(shuffle in assembly for shuffle in ("vpermt2ps", "vpermi2ps", "vpermps", "vshufps", "vunpcklps"))
+    data = np.random.default_rng(6).normal(size=shape).astype("float32")
+    np.testing.assert_array_equal(run_built(mod, avx512, data),
+                                  np.pad(data.transpose(0, 2, 3, 1), [(0, 0), (pad, pad), (pad, pad), (0, 0)]))
+
+
 def _softmax(data, axis):
     exp = np.exp(data - data.max(axis=axis, keepdims=True))
     return exp / exp.sum(axis=axis, keepdims=True)
