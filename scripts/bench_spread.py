@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from workbench.bench.load import fresh_run
 from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import TargetConfig
-from workbench.measure.contention import Contention, thread_contention
+from workbench.measure.contention import contention_since, thread_contention
 from workbench.models.corpus import load_corpus
 from workbench.record.charts import save_png
 from workbench.record.results_page import Machine, write_results_page
@@ -119,7 +119,7 @@ def main() -> int:
                 "- ratio: ort_all's median / the workbench's in the same run (> 1: the workbench is faster)")
     write_results_page(args.out, stem, "The same model from one process to the next",
                        Machine(target_key(target), threads,
-                               contention=Contention(threads, contended, thread_contention(threads))), protocol,
+                               contention=contention_since(threads, contended)), protocol,
                        ("model", "run", "launcher", "workbench ms", "ort_all ms", "ort_all/workbench"), rows,
                        f"{text}\n\n![processes]({chart.name})")
     print(f"wrote {args.out / stem}.md, {chart}")

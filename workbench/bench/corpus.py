@@ -22,7 +22,7 @@ from workbench.config.baselines import SIDE_BY_SIDE, SIDE_BY_SIDE_DEFAULT, WORKB
 from workbench.config.pipeline_spec import to_text
 from workbench.errors import UserError
 from workbench.kernels.x86_bf16 import BF16_FEATURE, bf16_target
-from workbench.measure.contention import Contention, thread_contention
+from workbench.measure.contention import contention_since, thread_contention
 from workbench.models.accuracy import BF16_RULE, runs_bf16
 from workbench.models.corpus import CORPUS_FILE, CorpusEntry, load_corpus
 from workbench.record.corpus_table import Row, Setting, write, write_not_measured
@@ -103,7 +103,7 @@ def run_corpus(options: CorpusOptions) -> list[Path]:
     rows = [untuned_row(experiment, options, prefixed(options.log, f"[{i}/{len(experiments)}] "))
             for i, experiment in enumerate(experiments, 1)]
     setting = replace(setting, date=datetime.now().strftime("%Y-%m-%d %H:%M"),  # when the last model finished
-                      contention=Contention(setting.threads, contended, thread_contention(setting.threads)))
+                      contention=contention_since(setting.threads, contended))
     written = write(rows, {entry.name: entry for entry in entries}, setting, options.out, stem)
     options.log("wrote " + ", ".join(str(path) for path in written))
     return written

@@ -32,7 +32,7 @@ from workbench.compile.targets import host_cpu, make_target, target_key
 from workbench.config import Experiment, TargetConfig, validate
 from workbench.config.baselines import WORKBENCH_LABEL
 from workbench.errors import UserError
-from workbench.measure.contention import Contention, thread_contention
+from workbench.measure.contention import contention_since, thread_contention
 from workbench.measure.profile import VM_BUILTINS
 from workbench.models.summary import frozen, op_histogram
 from workbench.record.results_page import Machine, load_line, load_suffix, write_results_page
@@ -211,7 +211,7 @@ def run_ops(only: list[str] | None = None, repeat: int = 20, rounds: int = 3, ou
                          row.status + (f": {row.reason}" if row.reason else "")])
             log(" | ".join(rows[-1]))
     machine = Machine(target_key(target), threads,
-                      contention=Contention(threads, contended, thread_contention(threads)))
+                      contention=contention_since(threads, contended))
     protocol = ("- each op alone as a one-node ONNX model; workbench: pipeline `default`, untuned (default schedules); "
                 "ort_all: ONNX Runtime with every graph optimization; openvino: its CPU plugin at f32\n"
                 f"- timing: median of {rounds} interleaved rounds of {repeat} runs per label, in one process\n"

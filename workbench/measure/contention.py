@@ -1,7 +1,7 @@
 """How much the machine's cores slow each other down right now, for the head of every results page.
 
 On a shared VM the cores a benchmark gets are not always whole: for seconds or minutes the two vCPUs of a 2-core
-AMD EPYC (znver4) ran a fixed multiply-add loop on two threads about 1.3-1.8x as slowly each as on one, where
+AMD EPYC (znver4) ran a fixed multiply-add loop on two threads 1.1-2.0x as slowly each as on one, where
 at other times they ran it at 1.0x. Every parallel runtime slows then (sub-millisecond models most), the
 workbench's thread pool and ONNX Runtime's alike, and a page measured in such a stretch is not comparable with one
 measured outside it. The probe times a small single-threaded matmul loop (numpy, which lets go of the GIL) on one
@@ -66,3 +66,8 @@ def thread_contention(threads: int) -> float:
     _loop_seconds(matrix)  # warm: the BLAS library's first call
     ratios = [_together(matrix, threads) / _loop_seconds(matrix) for _ in range(TRIALS)]
     return statistics.median(ratios)
+
+
+def contention_since(threads: int, start: float) -> Contention:
+    """A benchmark's Contention: `start`, probed when it began, and the probe now that it ends."""
+    return Contention(threads, start, thread_contention(threads))
