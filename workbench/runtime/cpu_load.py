@@ -187,6 +187,7 @@ class ThreadGovernor:
         of them; a change starts the probes afresh."""
         if not self._quiet:
             candidates = (self._free, self.cores)
+            self._slow = False  # a stretch is a quiet machine's (or the calibration's): under load HOLD_S, doubling
         elif self._slow:
             candidates = (max(1, self.cores // 2), self.cores)
         else:
