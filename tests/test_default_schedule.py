@@ -230,3 +230,37 @@ def test_no_masked_stores_on_avx2(shape, body, expected):
     np.testing.assert_allclose(tvm_runner("t", build_lowered(mod, HOST), {"x": data}, HOST).infer()[0],
                                expected(data), rtol=1e-5, atol=1e-6)
 
+
+
+def test_a_concatenation_along_the_row_is_cut_into_its_inputs(avx512):
+    """An NHWC concat of 24 + (24 + 24 + 24 + 4, doubled) + 8 + 72 (a tile) channels, the inner concat inlined into
+    the outer: the row loop cut where each input starts (loop partition, the inner's bounds read through their
+    shift), each short piece one whole vector, none reading every input and selecting (the long last one, which
+    TVM cannot split as it does not start at 0, left to LLVM); the output against numpy, and, built for znver3,
+    no masked store."""
+    shape = (1, 20, 30, 24)
+
+    def body(x):
+        wide = relax.op.concat([x, x, x, relax.op.strided_slice(x, [3], [0], [4])], axis=3)  # 76 channels
+        return relax.op.concat([x, relax.op.multiply(wide, relax.const(2.0, "float32")),
+                                relax.op.strided_slice(x, [3], [0], [8]), relax.op.tile(x, [1, 1, 1, 3])], axis=3)
+
+    mod = module(shape, body)
+    (func,) = kernels(mod, avx512)
+    sch = loop_schedule(func, avx512)
+    (block,) = sch.get_child_blocks(sch.get_sblock("root"))
+    assert tvm.tirx.ForKind(int(sch.get(sch.get_loops(block)[0]).kind)) == tvm.tirx.ForKind.PARALLEL
+    pieces = [line.split(" in ")[1] for line in sch.mod["main"].script().splitlines()
+              if line.strip().startswith("for ") and "parallel" not in line]
+    assert pieces == ["T.vectorized(T.int64(24)):", *(f"T.vectorized(T.int64({start}), T.int64({start + 24})):"
+                                                        for start in (24, 48, 72)),
+                      "T.vectorized(T.int64(96), T.int64(100)):", "T.vectorized(T.int64(100), T.int64(108)):",
+                      "range(T.int64(108), T.int64(180)):"]  # 72 channels not from 0: left to LLVM
+    data = np.random.default_rng(7).normal(size=shape).astype("float32")
+    wide = np.concatenate([data, data, data, data[..., :4]], axis=3)
+    expected = np.concatenate([data, wide * 2, data[..., :8], np.tile(data, (1, 1, 1, 3))], axis=3)
+    np.testing.assert_array_equal(run_built(mod, avx512, data), expected)
+    zen3 = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "mtriple": "x86_64-linux-gnu"})
+    assembly = "\n".join(m.inspect_source("asm") for m in build_lowered(mod, zen3).executable.mod.imports
+                         if m.kind == "llvm")
+    assert "ymm" in assembly and "vmaskmov" not in assembly

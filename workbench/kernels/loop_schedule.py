@@ -7,7 +7,8 @@ apart on every step); on a detector in NHWC with packed convs most of the untune
 (docs/results/ops_<cpu>.md measures each op class). Here each elementwise stage is inlined into its consumer, the outer
 loops run in parallel and the innermost, contiguous one is vectorized; a transpose (NCHW to NHWC and back) runs
 in square tiles, so neither its reads nor its writes stride a row apart on every step (to a few channels, an
-image's 3, it is left to LLVM, which interleaves whole vectors); a reduction whose read is
+image's 3, it is left to LLVM, which interleaves whole vectors); a row that concatenates inputs (NHWC channels)
+is cut where each input starts, so no vector reads them all and selects; a reduction whose read is
 contiguous along a spatial axis (NHWC mean over H, W) has that axis moved inside the reduction loops and
 vectorized.
 Contractions (a reduction over two or more inputs: convs, matmuls) are left as they were here: matmuls get
@@ -19,6 +20,7 @@ from __future__ import annotations
 import logging
 
 import tvm
+import tvm_ffi
 from tvm.s_tir import Schedule, ScheduleError
 from tvm.s_tir.dlight.analysis import SBlockInfo, normalize_prim_func
 from tvm.s_tir.dlight.analysis.common_analysis import collect_vars_used_in_prim_expr
@@ -63,11 +65,12 @@ def step_lanes(extent: int, lanes: int) -> int | None:
 
 def vectorize_loop(sch: Schedule, loop, lanes: int) -> None:
     """Vectorize `loop`: in vector-width pieces when they divide it (`step_lanes`), whole when short, else leave it
-    to LLVM."""
+    to LLVM (as a loop not starting at 0, a partition's later piece, which TVM 0.27 cannot split, is when long)."""
     extent = loop_extent(sch, loop)
     if extent is None or extent < 2:
         return
-    width = step_lanes(extent, lanes)
+    starts_at_0 = isinstance(sch.get(loop).min, tvm.tirx.IntImm) and int(sch.get(loop).min) == 0
+    width = step_lanes(extent, lanes) if starts_at_0 else None
     if width is not None:
         loop = sch.split(loop, [None, width])[1]
     elif extent > MAX_WHOLE_VECTOR:
@@ -169,7 +172,52 @@ def _schedule_injective(sch: Schedule, info: SBlockInfo, target: tvm.target.Targ
             _schedule_transpose(sch, info, source, lanes)
         return
     parallel_loops(sch, loops[:-1], iterations(sch, loops))
-    vectorize_loop(sch, sch.get_loops(info.block_rv)[-1], lanes)
+    inner = sch.get_loops(info.block_rv)[-1]
+    bounds = _segment_bounds(sch, info, loop_extent(sch, inner))
+    if not bounds:
+        vectorize_loop(sch, inner, lanes)
+        return
+    sizes = [end - start for start, end in zip([0, *bounds], bounds)]
+    for piece in sch.loop_partition(inner, [*sizes, None]):
+        vectorize_loop(sch, piece, lanes)
+
+
+_COMPARISONS = (tvm.tirx.LT, tvm.tirx.LE, tvm.tirx.GT, tvm.tirx.GE)
+
+
+def _shift_of(expr: tvm.tirx.PrimExpr, var: tvm.tirx.Var) -> int | None:
+    """k where `expr` is `var + k` (`var`, `var - k` and nested shifts alike: an inlined concat's `v + -24`), else
+    None."""
+    if isinstance(expr, tvm.tirx.Var):
+        return 0 if expr.same_as(var) else None
+    if isinstance(expr, (tvm.tirx.Add, tvm.tirx.Sub)) and isinstance(expr.b, tvm.tirx.IntImm):
+        inner = _shift_of(expr.a, var)
+        if inner is not None:
+            return inner + (int(expr.b) if isinstance(expr, tvm.tirx.Add) else -int(expr.b))
+    return None
+
+
+def _segment_bounds(sch: Schedule, info: SBlockInfo, extent: int | None) -> list[int]:
+    """Where the block's innermost iter crosses a constant its conditions compare it with (a concatenation's
+    inputs along the innermost axis: NHWC channels, `c < 24`, `c >= 48`; a pad's edge), inside the row: the
+    points a loop partition cuts the row at, so that each piece reads one input with no select. Vectorized
+    whole, a row of 4 x 24 channels (a detector's FPN concat) read every vector from all four inputs and
+    selected: 361 us alone at 160x160x96, 90 us cut into its inputs (rapidocr_det, znver4)."""
+    if extent is None:
+        return []
+    var = info.iters[-1].var
+    found: set[int] = set()
+
+    def visit(node) -> None:
+        for left, (this, other) in ((True, (node.a, node.b)), (False, (node.b, node.a))):
+            shift = _shift_of(this, var)
+            if shift is not None and isinstance(other, tvm.tirx.IntImm):
+                # v + k <= c and v + k > c change at c - k + 1 (as c >= v + k and c < v + k do); <, >= at c - k
+                past = isinstance(node, (tvm.tirx.LE, tvm.tirx.GT) if left else (tvm.tirx.LT, tvm.tirx.GE))
+                found.add(int(other) - shift + past)
+
+    tvm_ffi.structural_walk(sch.get(info.block_rv).body, (_COMPARISONS, visit), order="post")
+    return sorted(bound for bound in found if 0 < bound < extent)
 
 
 def _contiguous_spatial(sch: Schedule, info: SBlockInfo) -> int | None:
