@@ -80,6 +80,38 @@ def spinning():
 
 
 @pytest.mark.skipif(CORES < 2, reason="one core: there is no thread to give up")
+def test_under_load_the_governor_holds_its_choice_longer_each_time(spinning):
+    """Under load a choice is probed again after 1 s, then 2 s, 4 s... (HOLD_S doubling): over 4 s after the first
+    second, a few probes, each switching the thread count two or three times. Its calibration's quiet-machine
+    stretch, kept through the load, had it probe every 100 calls: 40-60 switches."""
+    import time
+
+    import tvm
+
+    from workbench.runtime.cpu_load import ThreadGovernor, set_tvm_threads
+    from workbench.runtime.threads import use_tvm_threads
+
+    if use_tvm_threads(CORES) != CORES:
+        pytest.skip("TVM's pool in this test process was sized before, smaller than the cores")
+
+    def inference():
+        time.sleep(0.004 if int(tvm.get_global_func("runtime.NumThreads")()) == CORES else 0.001)
+
+    governor = ThreadGovernor(CORES)
+    try:
+        started = time.perf_counter()
+        while time.perf_counter() < started + 1.0:
+            governor.run(inference)
+        switches, last = 0, governor.threads
+        while time.perf_counter() < started + 5.0:
+            governor.run(inference)
+            switches, last = switches + (governor.threads != last), governor.threads
+        assert 1 <= switches <= 15
+    finally:
+        set_tvm_threads(CORES)
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core: there is no thread to give up")
 @pytest.mark.parametrize("faster", ["free cores", "all cores"])
 def test_under_load_the_governor_keeps_the_thread_count_that_measured_faster(spinning, faster):
     """Under load the choice is measured, not assumed: an inference that runs faster on the free cores keeps them, one

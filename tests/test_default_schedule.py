@@ -12,11 +12,12 @@ from workbench.compile.targets import make_target
 from workbench.config import TargetConfig
 from workbench.config.pipeline_spec import parse_text
 from workbench.kernels.default_schedule import default_schedule
-from workbench.kernels.loop_schedule import loop_schedule
+from workbench.kernels.loop_schedule import crossing, loop_schedule
 from workbench.measure.runners import tvm_runner
 from workbench.passes.pipeline import run_pipeline
 
 HOST = make_target(TargetConfig())  # this machine's CPU
+ZEN3 = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "mtriple": "x86_64-linux-gnu"})  # AMD Zen 1-3's code
 
 
 def module(shape, body, pipeline="fuse"):
@@ -45,6 +46,12 @@ def loops_and_blocks(func):
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     kinds = [tvm.tirx.ForKind(int(sch.get(loop).kind)).name for block in blocks for loop in sch.get_loops(block)]
     return kinds, [sch.get(block).name_hint for block in blocks]
+
+
+def assembly(mod, target) -> str:
+    """The assembly of `mod` built for `target` (cross-compiled where it is not this CPU)."""
+    return "\n".join(m.inspect_source("asm") for m in build_lowered(mod, target).executable.mod.imports
+                     if m.kind == "llvm")
 
 
 @pytest.fixture(scope="module")
@@ -190,9 +197,7 @@ def test_a_transpose_to_a_few_channels_is_left_whole_to_llvm_to_interleave(avx51
     assert kinds[-1] == tvm.tirx.ForKind.UNROLLED and int(loops[-1].extent) == 3  # the channels
     assert kinds[-2] == tvm.tirx.ForKind.SERIAL and int(loops[-2].extent) == shape[3] + 2 * pad  # along the rows
     skylake = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "mtriple": "x86_64-linux-gnu"})
-    built = build_lowered(mod, skylake)
-    assembly = "\n".join(m.inspect_source("asm") for m in built.executable.mod.imports if m.kind == "llvm")
-    assert any(shuffle in assembly for shuffle in ("vpermt2ps", "vpermi2ps", "vpermps", "vshufps", "vunpcklps"))
+    assert any(shuffle in assembly(mod, skylake) for shuffle in ("vpermt2ps", "vpermi2ps", "vpermps", "vshufps", "vunpcklps"))
     data = np.random.default_rng(6).normal(size=shape).astype("float32")
     np.testing.assert_array_equal(run_built(mod, avx512, data),
                                   np.pad(data.transpose(0, 2, 3, 1), [(0, 0), (pad, pad), (pad, pad), (0, 0)]))
@@ -222,14 +227,11 @@ def test_no_masked_stores_on_avx2(shape, body, expected):
     200 channels left to LLVM's vectorizer stored its running maximum so. Built for znver3 (cross-compiled), no
     kernel holds one; on this host the outputs match numpy."""
     mod = module(shape, body, "fast_math,fuse")
-    zen3 = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "mtriple": "x86_64-linux-gnu"})
-    built = build_lowered(mod, zen3)
-    assembly = "\n".join(m.inspect_source("asm") for m in built.executable.mod.imports if m.kind == "llvm")
-    assert "ymm" in assembly and "vmaskmov" not in assembly
+    zen3 = assembly(mod, ZEN3)
+    assert "ymm" in zen3 and "vmaskmov" not in zen3
     data = np.random.default_rng(5).normal(size=shape).astype("float32")
     np.testing.assert_allclose(tvm_runner("t", build_lowered(mod, HOST), {"x": data}, HOST).infer()[0],
                                expected(data), rtol=1e-5, atol=1e-6)
-
 
 
 def test_a_concatenation_along_the_row_is_cut_into_its_inputs(avx512):
@@ -260,7 +262,24 @@ def test_a_concatenation_along_the_row_is_cut_into_its_inputs(avx512):
     wide = np.concatenate([data, data, data, data[..., :4]], axis=3)
     expected = np.concatenate([data, wide * 2, data[..., :8], np.tile(data, (1, 1, 1, 3))], axis=3)
     np.testing.assert_array_equal(run_built(mod, avx512, data), expected)
-    zen3 = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "mtriple": "x86_64-linux-gnu"})
-    assembly = "\n".join(m.inspect_source("asm") for m in build_lowered(mod, zen3).executable.mod.imports
-                         if m.kind == "llvm")
-    assert "ymm" in assembly and "vmaskmov" not in assembly
+    zen3 = assembly(mod, ZEN3)
+    assert "ymm" in zen3 and "vmaskmov" not in zen3
+
+
+@pytest.mark.parametrize("compare", ["<", "<=", ">", ">="])
+@pytest.mark.parametrize("var_left", [True, False])
+@pytest.mark.parametrize("shift", [0, -24, 5])
+def test_a_comparison_of_the_row_var_is_cut_where_its_answer_changes(compare, var_left, shift):
+    """`v + k OP 24` and `24 OP v + k`, every OP: the cut is the first v whose answer differs from the one before
+    (checked against Python's comparison over a range of v)."""
+    import operator
+
+    op = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}[compare]
+    v = tvm.tirx.Var("v", "int64")
+    shifted = v + tvm.tirx.IntImm("int64", shift) if shift else v
+    c = tvm.tirx.IntImm("int64", 24)
+    node = op(shifted, c) if var_left else op(c, shifted)
+    answers = [op(x + shift, 24) if var_left else op(24, x + shift) for x in range(80)]
+    (expected,) = [x for x in range(1, 80) if answers[x] != answers[x - 1]]
+    assert crossing(node, v) == expected
+    assert crossing(tvm.tirx.LT(v * 2, c), v) is None  # not a shifted var: no cut

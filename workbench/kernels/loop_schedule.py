@@ -33,6 +33,7 @@ MAX_WHOLE_VECTOR = 64  # an innermost loop this short, not a multiple of the vec
 MIN_PARTIALS = 4  # fewer independent sums than this do not pay for a reduction's partials buffer
 MIN_HALF_STEP = 4  # a long loop is split by half a step's lanes only where that is still a vector this wide
 SHORT_ROW = 4  # a transpose's output rows this short or shorter (RGB, RGBA) are interleaved by LLVM, not tiled
+MAX_PIECES = 16  # a row cut into more (a stack of many narrow inputs) stays whole: each piece copies the block
 
 
 def loop_extent(sch: Schedule, loop) -> int | None:
@@ -174,11 +175,15 @@ def _schedule_injective(sch: Schedule, info: SBlockInfo, target: tvm.target.Targ
     parallel_loops(sch, loops[:-1], iterations(sch, loops))
     inner = sch.get_loops(info.block_rv)[-1]
     bounds = _segment_bounds(sch, info, loop_extent(sch, inner))
-    if not bounds:
-        vectorize_loop(sch, inner, lanes)
-        return
-    sizes = [end - start for start, end in zip([0, *bounds], bounds)]
-    for piece in sch.loop_partition(inner, [*sizes, None]):
+    if bounds and len(bounds) < MAX_PIECES:
+        sizes = [end - start for start, end in zip([0, *bounds], bounds)]
+        try:
+            pieces = sch.loop_partition(inner, [*sizes, None])
+        except ScheduleError:  # the row stays one loop, as it was before partitioning
+            pieces = [inner]
+    else:
+        pieces = [inner]
+    for piece in pieces:
         vectorize_loop(sch, piece, lanes)
 
 
@@ -197,6 +202,20 @@ def _shift_of(expr: tvm.tirx.PrimExpr, var: tvm.tirx.Var) -> int | None:
     return None
 
 
+def crossing(node: tvm.tirx.PrimExpr, var: tvm.tirx.Var) -> int | None:
+    """The first value of `var` at which `node`, a comparison of `var + k` with a constant (either side), gives
+    the other answer than at the value before (None for any other expression)."""
+    if not isinstance(node, _COMPARISONS):
+        return None
+    for left, (this, other) in ((True, (node.a, node.b)), (False, (node.b, node.a))):
+        shift = _shift_of(this, var)
+        if shift is not None and isinstance(other, tvm.tirx.IntImm):
+            # v + k <= c and v + k > c change at c - k + 1 (as c >= v + k and c < v + k do); <, >= at c - k
+            past = isinstance(node, (tvm.tirx.LE, tvm.tirx.GT) if left else (tvm.tirx.LT, tvm.tirx.GE))
+            return int(other) - shift + int(past)
+    return None
+
+
 def _segment_bounds(sch: Schedule, info: SBlockInfo, extent: int | None) -> list[int]:
     """Where the block's innermost iter crosses a constant its conditions compare it with (a concatenation's
     inputs along the innermost axis: NHWC channels, `c < 24`, `c >= 48`; a pad's edge), inside the row: the
@@ -208,15 +227,12 @@ def _segment_bounds(sch: Schedule, info: SBlockInfo, extent: int | None) -> list
     var = info.iters[-1].var
     found: set[int] = set()
 
-    def visit(node) -> None:
-        for left, (this, other) in ((True, (node.a, node.b)), (False, (node.b, node.a))):
-            shift = _shift_of(this, var)
-            if shift is not None and isinstance(other, tvm.tirx.IntImm):
-                # v + k <= c and v + k > c change at c - k + 1 (as c >= v + k and c < v + k do); <, >= at c - k
-                past = isinstance(node, (tvm.tirx.LE, tvm.tirx.GT) if left else (tvm.tirx.LT, tvm.tirx.GE))
-                found.add(int(other) - shift + past)
+    def visit(node: tvm.tirx.PrimExpr) -> None:
+        bound = crossing(node, var)
+        if bound is not None:
+            found.add(bound)
 
-    tvm_ffi.structural_walk(sch.get(info.block_rv).body, (_COMPARISONS, visit), order="post")
+    tvm_ffi.structural_walk(sch.get(info.block_rv).body, (_COMPARISONS, visit))
     return sorted(bound for bound in found if 0 < bound < extent)
 
 

@@ -174,7 +174,14 @@ class ThreadGovernor:
     @property
     def _probing(self) -> bool:
         return (bool(self._probes) or time.perf_counter() >= self._probe_at
-                or (self._slow and self._held_calls >= SLOW_HOLD_CALLS))
+                or (self._in_stretch and self._held_calls >= SLOW_HOLD_CALLS))
+
+    @property
+    def _in_stretch(self) -> bool:
+        """In a slow stretch (or the calibration's probe) on a quiet machine. A stretch outlives a spell of load,
+        so that half the cores kept as clearly faster are probed again once the machine is quiet; under load the
+        probes follow HOLD_S, doubling, as for any load."""
+        return self._slow and self._quiet
 
     def _follow_load(self) -> None:
         busy = self.meter.others_busy()
@@ -187,7 +194,6 @@ class ThreadGovernor:
         of them; a change starts the probes afresh."""
         if not self._quiet:
             candidates = (self._free, self.cores)
-            self._slow = False  # a stretch is a quiet machine's (or the calibration's): under load HOLD_S, doubling
         elif self._slow:
             candidates = (max(1, self.cores // 2), self.cores)
         else:
@@ -241,10 +247,10 @@ class ThreadGovernor:
         set_tvm_threads(self.threads)
         self._probes, self._held_calls = {}, 0
         self._probe_at = time.perf_counter() + self._hold_s
-        if self._quiet and self._slow and self.threads == self.cores:  # the stretch is over, or fewer threads do not help
+        if self._in_stretch and self.threads == self.cores:  # the stretch is over, or fewer threads do not help
             self._slow, self._best_s = False, float("inf")  # the next window, timed as the caller calls, compares
             self._choose_candidates()
-        elif not self._slow:
+        elif not self._in_stretch:
             self._hold_s = min(2 * self._hold_s, HOLD_MAX_S)
 
 
