@@ -79,96 +79,84 @@ def spinning():
     busy.join()
 
 
+@pytest.fixture
+def governor():
+    """A governor over every core, TVM's pool put back to every core after (skipped where this process's pool was
+    sized before, smaller than the cores)."""
+    from workbench.runtime.cpu_load import ThreadGovernor, set_tvm_threads
+    from workbench.runtime.threads import use_tvm_threads
+
+    if use_tvm_threads(CORES) != CORES:
+        pytest.skip("TVM's pool in this test process was sized before, smaller than the cores")
+    yield ThreadGovernor(CORES)
+    set_tvm_threads(CORES)
+
+
+def sleeping(on_all_s: float, on_fewer_s: float):
+    """An inference that sleeps for a time set by the size of TVM's pool: the faster thread count is known."""
+    import time
+
+    import tvm
+
+    def inference():
+        time.sleep(on_all_s if int(tvm.get_global_func("runtime.NumThreads")()) == CORES else on_fewer_s)
+
+    return inference
+
+
 @pytest.mark.skipif(CORES < 2, reason="one core: there is no thread to give up")
-def test_under_load_the_governor_holds_its_choice_longer_each_time(spinning):
+def test_under_load_the_governor_holds_its_choice_longer_each_time(spinning, governor):
     """Under load a choice is probed again after 1 s, then 2 s, 4 s... (HOLD_S doubling): over 4 s after the first
     second, a few probes, each switching the thread count two or three times. Its calibration's quiet-machine
     stretch, kept through the load, had it probe every 100 calls: 40-60 switches."""
     import time
 
-    import tvm
-
-    from workbench.runtime.cpu_load import ThreadGovernor, set_tvm_threads
-    from workbench.runtime.threads import use_tvm_threads
-
-    if use_tvm_threads(CORES) != CORES:
-        pytest.skip("TVM's pool in this test process was sized before, smaller than the cores")
-
-    def inference():
-        time.sleep(0.004 if int(tvm.get_global_func("runtime.NumThreads")()) == CORES else 0.001)
-
-    governor = ThreadGovernor(CORES)
-    try:
-        started = time.perf_counter()
-        while time.perf_counter() < started + 1.0:
-            governor.run(inference)
-        switches, last = 0, governor.threads
-        while time.perf_counter() < started + 5.0:
-            governor.run(inference)
-            switches, last = switches + (governor.threads != last), governor.threads
-        assert 1 <= switches <= 15
-    finally:
-        set_tvm_threads(CORES)
+    inference = sleeping(0.004, 0.001)
+    started = time.perf_counter()
+    while time.perf_counter() < started + 1.0:
+        governor.run(inference)
+    switches, last = 0, governor.threads
+    while time.perf_counter() < started + 5.0:
+        governor.run(inference)
+        switches, last = switches + (governor.threads != last), governor.threads
+    assert 1 <= switches <= 15
 
 
 @pytest.mark.skipif(CORES < 2, reason="one core: there is no thread to give up")
 @pytest.mark.parametrize("faster", ["free cores", "all cores"])
-def test_under_load_the_governor_keeps_the_thread_count_that_measured_faster(spinning, faster):
+def test_under_load_the_governor_keeps_the_thread_count_that_measured_faster(spinning, faster, governor):
     """Under load the choice is measured, not assumed: an inference that runs faster on the free cores keeps them, one
     that runs faster on all of them (the scheduler gives its bursts both) keeps all. The inference here sleeps for a
     time set by the pool's size, so the faster count is known."""
     import time
 
-    import tvm
-
-    from workbench.runtime.cpu_load import ThreadGovernor, set_tvm_threads
-    from workbench.runtime.threads import use_tvm_threads
-
-    if use_tvm_threads(CORES) != CORES:
-        pytest.skip("TVM's pool in this test process was sized before, smaller than the cores")
-
-    def inference():
-        on_all = int(tvm.get_global_func("runtime.NumThreads")()) == CORES
-        time.sleep(0.004 if on_all == (faster == "free cores") else 0.001)
-
-    governor = ThreadGovernor(CORES)
-    try:
-        deadline = time.perf_counter() + 3.0
-        while time.perf_counter() < deadline or governor._probes:  # the end not inside a probe: it sets each count
-            governor.run(inference)
-        assert governor.threads == (CORES - 1 if faster == "free cores" else CORES)
-    finally:
-        set_tvm_threads(CORES)
+    inference = sleeping(0.004, 0.001) if faster == "free cores" else sleeping(0.001, 0.004)
+    deadline = time.perf_counter() + 3.0
+    while time.perf_counter() < deadline or governor._probes:  # the end not inside a probe: it sets each count
+        governor.run(inference)
+    assert governor.threads == (CORES - 1 if faster == "free cores" else CORES)
 
 
 @pytest.mark.skipif(CORES < 2, reason="one core: there is no thread to give up")
 @pytest.mark.parametrize("fewer_help", [True, False])
-def test_a_slow_stretch_on_a_quiet_machine_is_run_on_fewer_threads_while_they_are_faster(fewer_help):
+def test_a_slow_stretch_on_a_quiet_machine_is_run_on_fewer_threads_while_they_are_faster(fewer_help, governor):
     """With no other process busy, a stretch in which every core runs 4x slower (the threads' synchronization, as
     seen on a 2-core VM) sends the governor to half the cores where they are clearly faster there, and back to all
     once the stretch is over; where half the cores are no faster in the stretch it stays on all of them. The
     inference sleeps for a time set by the phase and the pool's size, so the right count is known."""
     import time
 
-    import tvm
+    from workbench.runtime.cpu_load import PROBE_CALLS
 
-    from workbench.runtime.cpu_load import PROBE_CALLS, ThreadGovernor, set_tvm_threads
-    from workbench.runtime.threads import use_tvm_threads
-
-    if use_tvm_threads(CORES) != CORES:
-        pytest.skip("TVM's pool in this test process was sized before, smaller than the cores")
     half = max(1, CORES // 2)
     # seconds a call takes on (all cores, half of them), outside and inside the stretch
     steady, stretch = (0.001, 0.002), ((0.004, 0.002) if fewer_help else (0.002, 0.002))
-    governor = ThreadGovernor(CORES)
     seen = []
 
     def phase(seconds, sleeps):
         threads = []
         deadline = time.perf_counter() + seconds
-        def inference():
-            time.sleep(sleeps[0] if int(tvm.get_global_func("runtime.NumThreads")()) == CORES else sleeps[1])
-
+        inference = sleeping(*sleeps)
         while time.perf_counter() < deadline:
             governor.run(inference)
             threads.append(governor.threads)
@@ -177,12 +165,9 @@ def test_a_slow_stretch_on_a_quiet_machine_is_run_on_fewer_threads_while_they_ar
             threads.append(governor.threads)
         seen.append(threads)
 
-    try:
-        phase(1.0, steady)
-        phase(2.0, stretch)
-        phase(2.5, steady)
-    finally:
-        set_tvm_threads(CORES)
+    phase(1.0, steady)
+    phase(2.0, stretch)
+    phase(2.5, steady)
     before, during, after = seen
     assert before[-1] == CORES and before.count(half) <= PROBE_CALLS  # at most one probe of half, not kept
     assert during[-1] == (half if fewer_help else CORES)

@@ -97,13 +97,15 @@ def iterations(sch: Schedule, loops: list) -> int:
     return total
 
 
-def _index_var(index: tvm.tirx.PrimExpr) -> tvm.tirx.Var | None:
-    """The var of an index that is one var, or one var shifted by a constant (a pad's `w - 1`)."""
-    if isinstance(index, tvm.tirx.Var):
-        return index
-    if isinstance(index, (tvm.tirx.Add, tvm.tirx.Sub)) and isinstance(index.a, tvm.tirx.Var) \
-            and isinstance(index.b, tvm.tirx.IntImm):
-        return index.a
+def _shifted_var(expr: tvm.tirx.PrimExpr) -> tuple[tvm.tirx.Var, int] | None:
+    """(v, k) where `expr` is one var shifted by a constant, `v + k` (a pad's `w - 1`, an inlined concat's
+    `c + -24`, nested shifts alike), else None."""
+    if isinstance(expr, tvm.tirx.Var):
+        return expr, 0
+    if isinstance(expr, (tvm.tirx.Add, tvm.tirx.Sub)) and isinstance(expr.b, tvm.tirx.IntImm):
+        inner = _shifted_var(expr.a)
+        if inner is not None:
+            return inner[0], inner[1] + (int(expr.b) if isinstance(expr, tvm.tirx.Add) else -int(expr.b))
     return None
 
 
@@ -115,7 +117,8 @@ def _transposed(sch: Schedule, info: SBlockInfo) -> int | None:
     if len(block.reads) != 1 or len(info.iters) < 2:
         return None
     last = block.reads[0].region[-1]
-    var = _index_var(last.min)
+    shifted = _shifted_var(last.min)
+    var = shifted[0] if shifted else None
     if var is None or (isinstance(last.extent, tvm.tirx.IntImm) and int(last.extent) != 1):
         return None
     found = [i for i, it in enumerate(info.iters) if it.var.same_as(var)]
@@ -173,33 +176,24 @@ def _schedule_injective(sch: Schedule, info: SBlockInfo, target: tvm.target.Targ
             _schedule_transpose(sch, info, source, lanes)
         return
     parallel_loops(sch, loops[:-1], iterations(sch, loops))
-    inner = sch.get_loops(info.block_rv)[-1]
-    bounds = _segment_bounds(sch, info, loop_extent(sch, inner))
-    if bounds and len(bounds) < MAX_PIECES:
-        sizes = [end - start for start, end in zip([0, *bounds], bounds)]
-        try:
-            pieces = sch.loop_partition(inner, [*sizes, None])
-        except ScheduleError:  # the row stays one loop, as it was before partitioning
-            pieces = [inner]
-    else:
-        pieces = [inner]
-    for piece in pieces:
+    for piece in _row_pieces(sch, info, sch.get_loops(info.block_rv)[-1]):
         vectorize_loop(sch, piece, lanes)
 
 
+def _row_pieces(sch: Schedule, info: SBlockInfo, row) -> list:
+    """The row loop cut where each input of a concatenation along it starts (`_segment_bounds`), or the row whole
+    where there is no cut, more than MAX_PIECES pieces, or a partition TVM refuses."""
+    bounds = _segment_bounds(sch, info, loop_extent(sch, row))
+    if not bounds or len(bounds) >= MAX_PIECES:
+        return [row]
+    sizes = [end - start for start, end in zip([0, *bounds], bounds)]
+    try:
+        return sch.loop_partition(row, [*sizes, None])
+    except ScheduleError:
+        return [row]
+
+
 _COMPARISONS = (tvm.tirx.LT, tvm.tirx.LE, tvm.tirx.GT, tvm.tirx.GE)
-
-
-def _shift_of(expr: tvm.tirx.PrimExpr, var: tvm.tirx.Var) -> int | None:
-    """k where `expr` is `var + k` (`var`, `var - k` and nested shifts alike: an inlined concat's `v + -24`), else
-    None."""
-    if isinstance(expr, tvm.tirx.Var):
-        return 0 if expr.same_as(var) else None
-    if isinstance(expr, (tvm.tirx.Add, tvm.tirx.Sub)) and isinstance(expr.b, tvm.tirx.IntImm):
-        inner = _shift_of(expr.a, var)
-        if inner is not None:
-            return inner + (int(expr.b) if isinstance(expr, tvm.tirx.Add) else -int(expr.b))
-    return None
 
 
 def crossing(node: tvm.tirx.PrimExpr, var: tvm.tirx.Var) -> int | None:
@@ -208,11 +202,11 @@ def crossing(node: tvm.tirx.PrimExpr, var: tvm.tirx.Var) -> int | None:
     if not isinstance(node, _COMPARISONS):
         return None
     for left, (this, other) in ((True, (node.a, node.b)), (False, (node.b, node.a))):
-        shift = _shift_of(this, var)
-        if shift is not None and isinstance(other, tvm.tirx.IntImm):
+        shifted = _shifted_var(this)
+        if shifted is not None and shifted[0].same_as(var) and isinstance(other, tvm.tirx.IntImm):
             # v + k <= c and v + k > c change at c - k + 1 (as c >= v + k and c < v + k do); <, >= at c - k
             past = isinstance(node, (tvm.tirx.LE, tvm.tirx.GT) if left else (tvm.tirx.LT, tvm.tirx.GE))
-            return int(other) - shift + int(past)
+            return int(other) - shifted[1] + int(past)
     return None
 
 
